@@ -1,0 +1,93 @@
+"""The four ordered chains: pre-execute, around-execute, post-execute and observers.
+
+Each stage keeps one list of registrations, outermost first, interleaving the
+registry's and every scope's in registration order (``prepend`` puts one at the very
+front). A call sees the registrations made for every call plus those of its own scope;
+that filtered tuple is cached per scope and rebuilt only when the stage changes, so a
+stage start costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from enum import IntEnum
+from typing import Any
+
+from ._disposer import Disposer
+
+__all__ = ["Chains", "Stage"]
+
+
+class Stage(IntEnum):
+    PRE = 0
+    AROUND = 1
+    POST = 2
+    RESULT = 3
+
+
+class _Link:
+    __slots__ = ("fn", "scope")
+
+    def __init__(self, fn: Callable[..., Any], scope: Hashable | None) -> None:
+        self.fn = fn
+        self.scope = scope  # None: every call
+
+
+class Chains:
+    """The registered middleware and observers of one registry."""
+
+    __slots__ = ("_cache", "_every", "_links", "_scoped")
+
+    def __init__(self) -> None:
+        self._links: list[list[_Link]] = [[], [], [], []]
+        self._every: list[tuple[Callable[..., Any], ...]] = [(), (), (), ()]
+        self._scoped: list[dict[Hashable, int]] = [{}, {}, {}, {}]
+        self._cache: list[dict[Hashable, tuple[Callable[..., Any], ...]]] = [{}, {}, {}, {}]
+
+    def add(self, stage: Stage, fn: Callable[..., Any], scope: Hashable | None,
+            prepend: bool) -> Disposer:
+        if not callable(fn):
+            raise TypeError(f"middleware and observers must be callable, got {type(fn).__name__}")
+        link = _Link(fn, scope)
+        links = self._links[stage]
+        if prepend:
+            links.insert(0, link)
+        else:
+            links.append(link)
+        if scope is not None:
+            counts = self._scoped[stage]
+            counts[scope] = counts.get(scope, 0) + 1
+        self._rebuild(stage)
+
+        def remove() -> None:
+            for i, candidate in enumerate(links):
+                if candidate is link:
+                    del links[i]
+                    break
+            if scope is not None:
+                counts = self._scoped[stage]
+                left = counts[scope] - 1
+                if left:
+                    counts[scope] = left
+                else:
+                    del counts[scope]
+            self._rebuild(stage)
+
+        return Disposer(remove)
+
+    def for_call(self, stage: Stage, scope: Hashable | None) -> tuple[Callable[..., Any], ...]:
+        """The chain a call in ``scope`` sees, outermost first, as it stands now."""
+        if scope is None or scope not in self._scoped[stage]:
+            return self._every[stage]
+        cache = self._cache[stage]
+        chain = cache.get(scope)
+        if chain is None:
+            chain = cache[scope] = tuple(
+                link.fn for link in self._links[stage]
+                if link.scope is None or link.scope == scope
+            )
+        return chain
+
+    def _rebuild(self, stage: Stage) -> None:
+        self._every[stage] = tuple(link.fn for link in self._links[stage] if link.scope is None)
+        self._cache[stage] = {}

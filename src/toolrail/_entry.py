@@ -1,0 +1,126 @@
+"""``Entry``: a registered tool with everything the hot path needs, computed once.
+
+Registration validates the ``Tool`` (raising the exact messages of the spec), freezes
+its parameters into the ``ToolSchema``, compiles the output-schema check, and decides
+how the body is invoked.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from ._json import JsonValue, snapshot_json
+from ._tool import Tool, ToolSchema
+
+__all__ = ["Entry", "OutputCheck", "path_of"]
+
+OutputCheck = Callable[[JsonValue], list[str]]
+BodyKind = Literal["async", "inline", "thread"]
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
+class Entry:
+    """One tool in one layer."""
+
+    __slots__ = ("check_output", "kind", "schema", "tool")
+
+    def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
+                 kind: BodyKind) -> None:
+        self.tool = tool
+        self.schema = schema
+        self.check_output = check_output
+        self.kind = kind
+
+    @classmethod
+    def build(cls, tool: Tool) -> Entry:
+        """Validate ``tool`` in the spec's order and precompute what calls need."""
+        if not isinstance(tool, Tool):
+            raise TypeError(f"register() takes a Tool, got {type(tool).__name__}")
+        name = tool.name
+        if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+            raise ValueError(
+                f"invalid tool name {name!r}: use 1-128 characters from A-Z, a-z, 0-9, "
+                '"_", "-" and "."'
+            )
+        try:
+            parameters = snapshot_json(tool.parameters)
+        except ValueError:
+            parameters = None
+        if not isinstance(parameters, dict) or parameters.get("type") != "object":
+            raise ValueError(
+                f'tool "{name}" parameters must be a JSON Schema object with "type": "object"'
+            )
+        timeout = tool.timeout
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ValueError(f'tool "{name}" timeout must be a positive finite number of seconds')
+        if not callable(tool.execute):
+            raise TypeError(f'tool "{name}" execute must be callable')
+        if not isinstance(tool.description, str):
+            raise TypeError(f'tool "{name}" description must be a str')
+        if tool.cancellation not in ("interrupt", "cooperative"):
+            raise ValueError(f'tool "{name}" cancellation must be "interrupt" or "cooperative"')
+        check = None
+        if tool.output_schema is not None:
+            check = compile_output_check(name, tool.output_schema)
+        schema = ToolSchema(name, str(tool.description), parameters)
+        return cls(tool, schema, check, _body_kind(tool))
+
+
+def _body_kind(tool: Tool) -> BodyKind:
+    fn = tool.execute
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(type(fn), "__call__", None)
+    ):
+        return "async"
+    return "inline" if tool.inline else "thread"
+
+
+def compile_output_check(name: str, output_schema: Mapping[str, Any]) -> OutputCheck:
+    """Compile a JSON Schema into a check returning ``"<path>": <problem>`` violations.
+
+    Arrays may be tuples and objects ``FrozenDict``s, as snapshots are.
+    """
+    from jsonschema import validators  # imported at registration, never per call
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        frozen = snapshot_json(output_schema)
+        if not isinstance(frozen, Mapping):
+            raise ValueError("not an object")
+        base = validators.validator_for(frozen, default=validators.Draft202012Validator)
+        base.check_schema(frozen)
+    except (ValueError, SchemaError) as exc:
+        raise ValueError(f'tool "{name}" output_schema must be a valid JSON Schema: {exc}') from exc
+    checker = base.TYPE_CHECKER.redefine(
+        "array", lambda _checker, instance: isinstance(instance, list | tuple)
+    )
+    validator = validators.extend(base, type_checker=checker)(frozen)
+
+    def check(value: JsonValue) -> list[str]:
+        return [
+            f'"{path_of(error.absolute_path)}": {error.message}'
+            for error in validator.iter_errors(value)
+        ]
+
+    return check
+
+
+def path_of(parts: Any) -> str:
+    """A dotted path (``a.b[0]``) of keys and indexes; ``$`` for the root."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "$"

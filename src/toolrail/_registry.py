@@ -1,0 +1,537 @@
+"""``ToolRegistry`` and ``Scope``: the layers, the views, and every registration.
+
+One resolver serves every view: a scope sees its own layer first, then the global
+layer minus what its restrictions mask. ``get`` and ``execution_mode`` are O(1) in
+the number of tools and scopes; ``schemas`` is cached per scope and invalidated by a
+version counter. The execute pipeline itself lives in ``_pipeline``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import _pipeline
+from ._chains import Chains, Stage
+from ._decisions import Approver
+from ._disposer import Disposer
+from ._entry import Entry
+from ._json import snapshot_json
+from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
+
+if TYPE_CHECKING:
+    from ._execution import Execution
+    from ._results import ToolResult
+
+__all__ = ["Scope", "ToolRegistry"]
+
+Guard = Callable[["Execution"], "str | None"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
+class _Restriction:
+    __slots__ = ("allow", "deny")
+
+    def __init__(self, allow: frozenset[str] | None, deny: frozenset[str]) -> None:
+        self.allow = allow
+        self.deny = deny
+
+    def hides(self, name: str) -> bool:
+        return (self.allow is not None and name not in self.allow) or name in self.deny
+
+
+class _ScopeState:
+    """One scope's layer. It exists only while something is registered in it."""
+
+    __slots__ = ("guards", "refs", "restrictions", "schemas", "tools", "version")
+
+    def __init__(self) -> None:
+        self.tools: dict[str, Entry] = {}
+        self.restrictions: tuple[_Restriction, ...] = ()
+        self.guards: tuple[Guard, ...] = ()
+        self.refs = 0
+        self.version = 0
+        self.schemas: tuple[int, int, list[ToolSchema]] | None = None
+
+
+class ToolRegistry:
+    """Tools, middleware and observers for many agents, and the pipeline that runs calls.
+
+    >>> registry = ToolRegistry()
+    >>> registry.register(Tool(name="echo", description="Echo.",
+    ...                        parameters={"type": "object"}, execute=lambda a, ctx: a))
+    <Disposer active>
+    >>> [s.name for s in registry.schemas()]
+    ['echo']
+    """
+
+    def __init__(
+        self, *, approver: Approver | None = None, logger: logging.Logger | None = None
+    ) -> None:
+        self.approver = approver
+        self.logger = logger if logger is not None else logging.getLogger("toolrail")
+        self._tools: dict[str, Entry] = {}
+        self._guards: tuple[Guard, ...] = ()
+        self._scopes: dict[Hashable, _ScopeState] = {}
+        self._chains = Chains()
+        self._listeners: list[Callable[[], None]] = []
+        self._version = 0
+        self._schemas: tuple[int, list[ToolSchema]] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry tools={len(self._tools)} scopes={len(self._scopes)}>"
+
+    # ---- the global layer -----------------------------------------------------------
+
+    def register(self, tool: Tool) -> Disposer:
+        """Register ``tool`` in the global layer; raises at once on any mistake."""
+        return self._register(tool, None)
+
+    def tool(self, fn: Any = None, /, **options: Any) -> Any:
+        """Decorator: ``register(tr.tool(fn, **options))``; returns ``fn`` unchanged."""
+        return _tool_decorator(self._register, None, fn, options)
+
+    def guard(self, guard: Guard) -> Disposer:
+        """Add a monotonic guard for every call: it may only deny, by returning a reason."""
+        return self._add_guard(guard, None)
+
+    def pre_execute(self, middleware: Any, *, prepend: bool = False) -> Disposer:
+        """Add pre-execute middleware (``Allow`` / ``Deny`` / ``Ask``) for every call."""
+        return self._chains.add(Stage.PRE, middleware, None, prepend)
+
+    def around_execute(self, middleware: Any, *, prepend: bool = False) -> Disposer:
+        """Add around-execute middleware (wraps the dispatch) for every call."""
+        return self._chains.add(Stage.AROUND, middleware, None, prepend)
+
+    def post_execute(self, middleware: Any, *, prepend: bool = False) -> Disposer:
+        """Add post-execute middleware (``Accept`` / ``Block``) for every call."""
+        return self._chains.add(Stage.POST, middleware, None, prepend)
+
+    def on_result(self, observer: Callable[[Execution, ToolResult], None], *,
+                  prepend: bool = False) -> Disposer:
+        """Add a synchronous observer of every final result."""
+        return self._chains.add(Stage.RESULT, observer, None, prepend)
+
+    def on_change(self, listener: Callable[[], None]) -> Disposer:
+        """Call ``listener()`` after every change of tools or restrictions."""
+        if not callable(listener):
+            raise TypeError(f"on_change() takes a callable, got {type(listener).__name__}")
+        listeners = self._listeners
+        token = _Listener(listener)
+        listeners.append(token)
+        return Disposer(lambda: _remove_identity(listeners, token))
+
+    def scope(self, key: Hashable) -> Scope:
+        """A handle for one agent's scope; handles for equal keys share one layer."""
+        if key is None:
+            raise ValueError("scope key must not be None")
+        hash(key)
+        return Scope(self, key)
+
+    # ---- views ----------------------------------------------------------------------
+
+    def get(self, name: str, scope: Hashable | None = None) -> Tool | None:
+        """The tool ``scope`` sees under ``name`` (its own first, then unmasked globals)."""
+        entry = self._resolve(name, scope)
+        return None if entry is None else entry.tool
+
+    def schemas(self, scope: Hashable | None = None) -> list[ToolSchema]:
+        """One schema per tool ``scope`` sees, sorted by name; a new list each call."""
+        state = self._scopes.get(scope) if scope is not None else None
+        if state is None:
+            cached = self._schemas
+            if cached is None or cached[0] != self._version:
+                ordered = sorted(self._tools.items())
+                cached = self._schemas = (self._version, [e.schema for _, e in ordered])
+            return list(cached[1])
+        scoped = state.schemas
+        if scoped is None or scoped[0] != self._version or scoped[1] != state.version:
+            visible = {n: e for n, e in self._tools.items()
+                       if not any(r.hides(n) for r in state.restrictions)}
+            visible.update(state.tools)
+            ordered = sorted(visible.items())
+            scoped = state.schemas = (self._version, state.version,
+                                      [e.schema for _, e in ordered])
+        return list(scoped[2])
+
+    def execution_mode(self, call: ToolCall) -> ExecutionMode:
+        """``PARALLEL`` only when the visible tool declares the call safe; never raises."""
+        if not isinstance(call, ToolCall):
+            return ExecutionMode.EXCLUSIVE
+        return self._mode(call, call.scope)
+
+    # ---- execution ------------------------------------------------------------------
+
+    async def execute(self, call: ToolCall) -> ToolResult:
+        """Run one call through the whole pipeline to a final, frozen result.
+
+        Never raises for anything the arguments, a tool, a middleware, a guard, an
+        approver or an observer did; only ``BaseException``s that are not
+        ``Exception``s propagate, after any started body has finished.
+        """
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
+        return await _pipeline.execute(self, call, call.scope)
+
+    # ---- internals shared with Scope and the pipeline -------------------------------
+
+    def _resolve(self, name: str, scope: Hashable | None) -> Entry | None:
+        if scope is None:
+            return self._tools.get(name)
+        state = self._scopes.get(scope)
+        if state is None:
+            return self._tools.get(name)
+        entry = state.tools.get(name)
+        if entry is not None:
+            return entry
+        entry = self._tools.get(name)
+        if entry is not None and state.restrictions:
+            for restriction in state.restrictions:
+                if restriction.hides(name):
+                    return None
+        return entry
+
+    def _mode(self, call: ToolCall, scope: Hashable | None) -> ExecutionMode:
+        try:
+            entry = self._resolve(call.name, scope)
+            if entry is None:
+                return ExecutionMode.EXCLUSIVE
+            safe = entry.tool.concurrency_safe
+            if safe is True:
+                return ExecutionMode.PARALLEL
+            if safe is False or not callable(safe):
+                return ExecutionMode.EXCLUSIVE
+            verdict = safe(snapshot_json(call.arguments))
+        except Exception:
+            return ExecutionMode.EXCLUSIVE
+        return ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
+
+    def _guards_for(self, scope: Hashable | None) -> tuple[Guard, ...]:
+        if scope is None:
+            return self._guards
+        state = self._scopes.get(scope)
+        if state is None or not state.guards:
+            return self._guards
+        return self._guards + state.guards
+
+    def _state(self, key: Hashable) -> _ScopeState:
+        state = self._scopes.get(key)
+        if state is None:
+            state = self._scopes[key] = _ScopeState()
+        return state
+
+    def _release(self, key: Hashable, state: _ScopeState) -> None:
+        state.refs -= 1
+        if state.refs == 0 and self._scopes.get(key) is state:
+            del self._scopes[key]
+
+    def _register(self, tool: Tool, scope: Hashable | None) -> Disposer:
+        entry = Entry.build(tool)  # every check but the duplicate one
+        name = tool.name
+        if scope is None:
+            layer = self._tools
+            if name in layer:
+                raise ValueError(
+                    f'tool "{name}" is already registered (for a per-scope variant, '
+                    "register it through registry.scope(key) instead)"
+                )
+            state = None
+        else:
+            state = self._scopes.get(scope)
+            layer = state.tools if state is not None else {}
+            if name in layer:
+                raise ValueError(f'tool "{name}" is already registered in this scope')
+            state = self._state(scope)
+            layer = state.tools
+        layer[name] = entry
+        if state is not None:
+            state.refs += 1
+            state.version += 1
+
+        def remove() -> None:
+            if layer.get(name) is entry:
+                del layer[name]
+                if state is not None:
+                    state.version += 1
+            if state is not None:
+                self._release(scope, state)
+
+        return self._commit_change(remove)
+
+    def _restrict(self, key: Hashable, allow: Iterable[str] | None,
+                  deny: Iterable[str] | None) -> Disposer:
+        if allow is None and deny is None:
+            raise ValueError(
+                "restrict() with neither allow nor deny is a no-op: pass allow and/or deny"
+            )
+        allowed = None if allow is None else _names("allow", allow)
+        denied = () if deny is None else _names("deny", deny)
+        unknown = [n for n in dict.fromkeys([*(allowed or ()), *denied]) if n not in self._tools]
+        if unknown:
+            known = ", ".join(sorted(self._tools)) or "(none)"
+            quoted = ", ".join(f'"{n}"' for n in unknown)
+            noun = "tool" if len(unknown) == 1 else "tools"
+            raise ValueError(
+                f"restrict() names unknown global {noun} {quoted}; known global tools: {known}"
+            )
+        restriction = _Restriction(None if allowed is None else frozenset(allowed),
+                                   frozenset(denied))
+        state = self._state(key)
+        state.restrictions = (*state.restrictions, restriction)
+        state.refs += 1
+        state.version += 1
+
+        def lift() -> None:
+            if restriction in state.restrictions:
+                state.restrictions = tuple(r for r in state.restrictions if r is not restriction)
+                state.version += 1
+            self._release(key, state)
+
+        return self._commit_change(lift)
+
+    def _add_guard(self, guard: Guard, key: Hashable | None) -> Disposer:
+        if not callable(guard):
+            raise TypeError(f"guard() takes a callable, got {type(guard).__name__}")
+        marker = _Listener(guard)  # distinct identity even when one guard is added twice
+        if key is None:
+            self._guards = (*self._guards, marker)
+
+            def remove_global() -> None:
+                self._guards = tuple(g for g in self._guards if g is not marker)
+
+            return Disposer(remove_global)
+        state = self._state(key)
+        state.guards = (*state.guards, marker)
+        state.refs += 1
+
+        def remove_scoped() -> None:
+            state.guards = tuple(g for g in state.guards if g is not marker)
+            self._release(key, state)
+
+        return Disposer(remove_scoped)
+
+    def _commit_change(self, undo: Callable[[], None]) -> Disposer:
+        """Announce a change just made; roll it back if a listener refuses it."""
+        self._notify(rollback=undo)
+
+        def dispose() -> None:
+            undo()
+            self._notify()
+
+        return Disposer(dispose)
+
+    def _notify(self, rollback: Callable[[], None] | None = None) -> None:
+        self._version += 1
+        first: Exception | None = None
+        for listener in tuple(self._listeners):
+            try:
+                listener()
+            except Exception as exc:
+                if rollback is not None:
+                    rollback()
+                    self._notify_quietly()
+                    raise
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def _notify_quietly(self) -> None:
+        self._version += 1
+        for listener in tuple(self._listeners):
+            try:
+                listener()
+            except Exception as exc:
+                self.logger.warning("change listener failed during rollback: %s", exc)
+
+
+class Scope:
+    """A handle for one scope: registrations through it are owned by it and closed with it.
+
+    >>> registry = ToolRegistry()
+    >>> with registry.scope("agent-1") as scope:
+    ...     scope.schemas()
+    []
+    """
+
+    def __init__(self, registry: ToolRegistry, key: Hashable) -> None:
+        self._registry = registry
+        self.key = key
+        self._owned: dict[int, Disposer] = {}
+        self._next = 0
+
+    def __repr__(self) -> str:
+        return f"<Scope {self.key!r}>"
+
+    def _own(self, disposer: Disposer) -> Disposer:
+        owned, slot = self._owned, self._next
+        self._next += 1
+        owned[slot] = disposer
+
+        def undo() -> None:
+            owned.pop(slot, None)
+            disposer()
+
+        return Disposer(undo)
+
+    def register(self, tool: Tool) -> Disposer:
+        """Register ``tool`` in this scope's layer (it shadows a global of the same name)."""
+        return self._own(self._registry._register(tool, self.key))
+
+    def tool(self, fn: Any = None, /, **options: Any) -> Any:
+        """Decorator: ``register(tr.tool(fn, **options))`` in this scope; returns ``fn``."""
+        return _tool_decorator(self.register, _SCOPE_HANDLE, fn, options)
+
+    def restrict(self, *, allow: Iterable[str] | None = None,
+                 deny: Iterable[str] | None = None) -> Disposer:
+        """Mask global tools for this scope: ``allow`` keeps only, ``deny`` removes."""
+        return self._own(self._registry._restrict(self.key, allow, deny))
+
+    def guard(self, guard: Guard) -> Disposer:
+        """Add a guard for this scope's calls, run after every global guard."""
+        return self._own(self._registry._add_guard(guard, self.key))
+
+    def pre_execute(self, m: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
+        """Add pre-execute middleware for this scope's calls (every call with ``all_scopes``)."""
+        return self._add(Stage.PRE, m, prepend, all_scopes)
+
+    def around_execute(self, m: Any, *, prepend: bool = False,
+                       all_scopes: bool = False) -> Disposer:
+        """Add around-execute middleware for this scope's calls."""
+        return self._add(Stage.AROUND, m, prepend, all_scopes)
+
+    def post_execute(self, m: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
+        """Add post-execute middleware for this scope's calls."""
+        return self._add(Stage.POST, m, prepend, all_scopes)
+
+    def on_result(self, o: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
+        """Add a result observer for this scope's calls."""
+        return self._add(Stage.RESULT, o, prepend, all_scopes)
+
+    def on_change(self, listener: Callable[[], None]) -> Disposer:
+        """Call ``listener()`` after every registry change (not filtered by scope)."""
+        return self._own(self._registry.on_change(listener))
+
+    def _add(self, stage: Stage, fn: Any, prepend: bool, all_scopes: bool) -> Disposer:
+        registry = self._registry
+        if all_scopes:
+            return self._own(registry._chains.add(stage, fn, None, prepend))
+        state = registry._state(self.key)
+        state.refs += 1
+        try:
+            added = registry._chains.add(stage, fn, self.key, prepend)
+        except BaseException:
+            registry._release(self.key, state)
+            raise
+        key = self.key
+
+        def remove() -> None:
+            added()
+            registry._release(key, state)
+
+        return self._own(Disposer(remove))
+
+    # ---- views and execution bound to this scope ----------------------------------
+
+    def get(self, name: str) -> Tool | None:
+        """The tool this scope sees under ``name``."""
+        return self._registry.get(name, self.key)
+
+    def schemas(self) -> list[ToolSchema]:
+        """The schemas this scope sees, sorted by name."""
+        return self._registry.schemas(self.key)
+
+    def execution_mode(self, call: ToolCall) -> ExecutionMode:
+        """Classify ``call`` as this scope sees it; another scope's call is ``EXCLUSIVE``."""
+        if not isinstance(call, ToolCall):
+            return ExecutionMode.EXCLUSIVE
+        try:
+            if call.scope is not None and call.scope != self.key:
+                return ExecutionMode.EXCLUSIVE
+        except Exception:
+            return ExecutionMode.EXCLUSIVE
+        return self._registry._mode(call, self.key)
+
+    async def execute(self, call: ToolCall) -> ToolResult:
+        """Run ``call`` in this scope (``scope=None`` binds it here)."""
+        return await _pipeline.execute(self._registry, call, self._bind(call))
+
+    def _bind(self, call: ToolCall) -> Hashable:
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
+        if call.scope is not None and call.scope != self.key:
+            raise ValueError(
+                f"call {call.call_id!r} names scope {call.scope!r}, not this scope {self.key!r}"
+            )
+        return self.key
+
+    def close(self) -> None:
+        """Dispose everything registered through this handle, newest first; idempotent."""
+        first: Exception | None = None
+        while self._owned:
+            _, disposer = self._owned.popitem()
+            try:
+                disposer()
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> Scope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Listener:
+    """Wraps a callable so that each registration has its own identity."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+
+_SCOPE_HANDLE = object()
+
+
+def _remove_identity(items: list[Any], item: Any) -> None:
+    for i, candidate in enumerate(items):
+        if candidate is item:
+            del items[i]
+            return
+
+
+def _names(which: str, names: Iterable[str]) -> list[str]:
+    if isinstance(names, str):
+        raise TypeError(f"restrict() {which} must be an iterable of tool names, not a str")
+    out = list(names)
+    for name in out:
+        if not isinstance(name, str):
+            raise TypeError(f"restrict() {which} names must be str, got {type(name).__name__}")
+    return out
+
+
+def _tool_decorator(register: Callable[..., Disposer], scope: object, fn: Any,
+                    options: dict[str, Any]) -> Any:
+    from ._typed import tool as make_tool  # typed tools are built lazily (pydantic)
+
+    def decorate(func: F) -> F:
+        if scope is None:
+            register(make_tool(func, **options), None)
+        else:
+            register(make_tool(func, **options))
+        return func
+
+    return decorate if fn is None else decorate(fn)
+

@@ -1,0 +1,117 @@
+"""Result value types: what a call produces and what the model reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from ._json import JsonValue, thaw
+
+__all__ = [
+    "Content",
+    "ContextMessage",
+    "ErrorInfo",
+    "ImageContent",
+    "TextContent",
+    "ToolOutput",
+    "ToolResult",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TextContent:
+    """A text block the model reads."""
+
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageContent:
+    """An image block: base64 ``data`` of the given ``mime_type``."""
+
+    data: str
+    mime_type: str
+    type: Literal["image"] = "image"
+
+
+Content: TypeAlias = TextContent | ImageContent
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why a call failed: the message, a stable ``code`` and the exception class name."""
+
+    message: str
+    code: str | None = None
+    type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextMessage:
+    """Extra context for the model's next request, produced by ``source``."""
+
+    content: tuple[Content, ...]
+    source: str
+    meta: JsonValue = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``{"content": [...], "source": ..., "meta": ...}``."""
+        return {
+            "content": [_content_dict(block) for block in self.content],
+            "source": self.source,
+            "meta": thaw(self.meta),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The final, frozen outcome of one call."""
+
+    content: tuple[Content, ...]
+    is_error: bool = False
+    value: JsonValue = None
+    error: ErrorInfo | None = None
+    meta: JsonValue = None
+    contexts: tuple[ContextMessage, ...] = ()
+    concludes_turn: bool = False
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined with ``"\\n"``."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextContent))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of the result; every key is always present."""
+        error = self.error
+        return {
+            "content": [_content_dict(block) for block in self.content],
+            "is_error": self.is_error,
+            "value": thaw(self.value),
+            "error": None
+            if error is None
+            else {"message": error.message, "code": error.code, "type": error.type},
+            "meta": thaw(self.meta),
+            "contexts": [context.to_dict() for context in self.contexts],
+            "concludes_turn": self.concludes_turn,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutput:
+    """A tool body's explicit return form: a value, its content, and presentation ``meta``.
+
+    ``content=None`` renders the content from ``value`` (a ``str`` is one text block,
+    ``None`` no blocks, anything else its JSON text).
+    """
+
+    value: Any = None
+    content: Sequence[Content] | None = None
+    meta: Any = None
+
+
+def _content_dict(block: Content) -> dict[str, Any]:
+    if isinstance(block, TextContent):
+        return {"type": "text", "text": block.text}
+    return {"type": "image", "data": block.data, "mime_type": block.mime_type}
