@@ -27,7 +27,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("check_output", "kind", "schema", "tool")
+    __slots__ = ("check_output", "fast", "kind", "schema", "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
                  kind: BodyKind) -> None:
@@ -35,6 +35,8 @@ class Entry:
         self.schema = schema
         self.check_output = check_output
         self.kind = kind
+        # An async interrupt body without a timeout can be awaited with nothing watching.
+        self.fast = kind == "async" and tool.timeout is None and tool.cancellation == "interrupt"
 
     @classmethod
     def build(cls, tool: Tool) -> Entry:

@@ -1,13 +1,15 @@
 """One call inside the pipeline: ``Execution`` and the body's ``RunContext``.
 
-Every attribute is read-only. Around-execute middleware may replace ``signal`` (the
-pipeline opens that window for the duration of the around chain); anywhere else
-assigning raises ``AttributeError``.
+Every public attribute is a read-only property over a private slot, so building one
+per call stays cheap. Around-execute middleware may replace ``signal`` (the pipeline
+opens that window for the duration of the around chain); anywhere else assigning
+raises ``AttributeError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from ._cancel import CancelSignal
@@ -15,8 +17,6 @@ from ._json import JsonValue, snapshot_json
 from ._results import Content, ContextMessage, ImageContent, TextContent
 
 __all__ = ["Execution", "ExecutionToken", "RunContext"]
-
-_set = object.__setattr__
 
 
 class ExecutionToken:
@@ -34,16 +34,8 @@ class ExecutionToken:
 class Execution:
     """One call as every middleware, guard and observer of it sees it."""
 
-    __slots__ = ("_signal_writable", "arguments", "call_id", "name", "parent", "scope",
-                 "signal", "token")
-
-    token: ExecutionToken
-    call_id: str
-    name: str
-    arguments: JsonValue
-    scope: Hashable | None
-    parent: ExecutionToken | None
-    signal: CancelSignal
+    __slots__ = ("_arguments", "_call_id", "_name", "_parent", "_scope", "_signal",
+                 "_signal_writable", "_token")
 
     def __init__(
         self,
@@ -55,29 +47,41 @@ class Execution:
         parent: ExecutionToken | None,
         signal: CancelSignal,
     ) -> None:
-        _set(self, "token", token)
-        _set(self, "call_id", call_id)
-        _set(self, "name", name)
-        _set(self, "arguments", arguments)
-        _set(self, "scope", scope)
-        _set(self, "parent", parent)
-        _set(self, "signal", signal)
-        _set(self, "_signal_writable", False)
+        self._token = token
+        self._call_id = call_id
+        self._name = name
+        self._arguments = arguments
+        self._scope = scope
+        self._parent = parent
+        self._signal = signal
+        self._signal_writable = False
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "signal" and self._signal_writable:
-            if not isinstance(value, CancelSignal):
-                raise TypeError(f"signal must be a CancelSignal, got {type(value).__name__}")
-            _set(self, "signal", value)
-            return
-        where = " outside around-execute middleware" if name == "signal" else ""
-        raise AttributeError(f"{type(self).__name__}.{name} is read-only{where}")
+    token: ExecutionToken = property(attrgetter("_token"), doc="Fresh per call.")  # type: ignore[assignment]
+    call_id: str = property(attrgetter("_call_id"))  # type: ignore[assignment]
+    name: str = property(attrgetter("_name"))  # type: ignore[assignment]
+    arguments: JsonValue = property(  # type: ignore[assignment]
+        attrgetter("_arguments"), doc="The deep-frozen snapshot; ``tr.MISSING`` if it failed.")
+    scope: Hashable | None = property(attrgetter("_scope"))  # type: ignore[assignment]
+    parent: ExecutionToken | None = property(attrgetter("_parent"))  # type: ignore[assignment]
 
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__}.{name} is read-only")
+    @property
+    def signal(self) -> CancelSignal:
+        """The call's signal; around-execute middleware may replace it."""
+        return self._signal
+
+    @signal.setter
+    def signal(self, value: CancelSignal) -> None:
+        if not self._signal_writable:
+            raise AttributeError(
+                f"{type(self).__name__}.signal can only be replaced inside around-execute "
+                "middleware"
+            )
+        if not isinstance(value, CancelSignal):
+            raise TypeError(f"signal must be a CancelSignal, got {type(value).__name__}")
+        self._signal = value
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} call_id={self.call_id!r}>"
+        return f"<{type(self).__name__} {self._name!r} call_id={self._call_id!r}>"
 
 
 class RunContext(Execution):
@@ -90,11 +94,17 @@ class RunContext(Execution):
     __slots__ = ("_active", "_concludes", "_deferred")
 
     def __init__(self, execution: Execution, signal: CancelSignal) -> None:
-        super().__init__(execution.token, execution.call_id, execution.name,
-                         execution.arguments, execution.scope, execution.parent, signal)
-        _set(self, "_active", True)
-        _set(self, "_concludes", False)
-        _set(self, "_deferred", [])
+        self._token = execution._token
+        self._call_id = execution._call_id
+        self._name = execution._name
+        self._arguments = execution._arguments
+        self._scope = execution._scope
+        self._parent = execution._parent
+        self._signal = signal
+        self._signal_writable = False
+        self._active = True
+        self._concludes = False
+        self._deferred: list[ContextMessage] = []
 
     def defer_context(
         self,
@@ -134,7 +144,7 @@ class RunContext(Execution):
     def conclude_turn(self) -> None:
         """Mark this invocation's success as concluding the model's turn."""
         if self._active:
-            _set(self, "_concludes", True)
+            self._concludes = True
 
     def _settle(self) -> None:
-        _set(self, "_active", False)
+        self._active = False

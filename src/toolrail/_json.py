@@ -13,7 +13,7 @@ Anything else raises ``ValueError("value is not lossless JSON: <path> <reason>")
 naming the first offending value, and nothing but ``ValueError`` escapes whatever the
 input's own methods do. A mapping's keys are checked before its values::
 
-    is a <type name>                 $.items[2].when is a datetime
+    is a <type name>                 $.items[2].when is a datetime  ("an" before a vowel)
     is a non-finite float (<repr>)   $.ratio is a non-finite float (nan)
     has a non-str key <repr>         $.counts has a non-str key 1
     has a duplicate key <json>       $.a has a duplicate key "x"  (two keys, one plain str)
@@ -38,7 +38,8 @@ __all__ = ["FrozenDict", "JsonValue", "MISSING", "snapshot_json", "thaw"]
 class FrozenDict(dict[str, Any]):
     """A ``dict`` whose own mutating methods raise ``TypeError``.
 
-    Being a real ``dict``, it works with ``json.dumps`` and ``isinstance(x, dict)``.
+    Being a real ``dict``, it works with ``json.dumps`` and ``isinstance(x, dict)``;
+    only its own methods are blocked (``dict.__setitem__(d, k, v)`` still writes).
     It hashes as ``frozenset(self.items())`` (so equal dicts hash equal) when its values
     are hashable, and ``copy.copy`` / ``copy.deepcopy`` return it as it is.
 
@@ -159,9 +160,10 @@ _Frame: TypeAlias = tuple[Any, "list[str] | None", Any, Iterator[Any], list[Json
 def _snapshot(root: Any) -> JsonValue:
     holder: _Frame = (None, None, (root,), iter((root,)), [], False)
     stack = [holder]
-    # id -> (original, frozen), or _OPEN while its copy is on the stack; holding the
-    # original keeps its id from being reused by another object during the walk.
+    # id -> frozen copy, or _OPEN while it is on the stack. ``opened`` holds the
+    # originals so that no id is reused by another object during the walk.
     memo: dict[int, Any] = {}
+    opened: list[Any] = []
     try:
         while True:
             frame = stack[-1]
@@ -187,17 +189,18 @@ def _snapshot(root: Any) -> JsonValue:
                 if done is None:
                     stack.append(_open(value, cls))
                     memo[key] = _OPEN
+                    opened.append(value)
                     break
                 if done is _OPEN:
                     at = next(i for i, outer in enumerate(stack) if outer[0] is value)
                     raise _Rejected(f"is a cycle back to {_path(stack[:at])}")
-                append(done[1])
+                append(done)
             else:
                 if frame is holder:
                     return frame[4][0]
                 frozen = _close(frame, stack)
                 stack.pop()
-                memo[id(frame[0])] = (frame[0], frozen)
+                memo[id(frame[0])] = frozen
                 stack[-1][4].append(frozen)
     except _Rejected as exc:
         path = _path(stack) if exc.path is None else exc.path
@@ -220,16 +223,18 @@ def _scalar(value: Any, cls: type) -> Any:
         return int.__int__(value)
     if issubclass(cls, (list, tuple)) or issubclass(cls, Mapping):
         return _CONTAINER
-    raise _Rejected(f"is a {_type_name(cls)}")
+    name = _type_name(cls)
+    article = "an" if name[:1].lower() in ("a", "e", "i", "o", "u") else "a"
+    raise _Rejected(f"is {article} {name}")
 
 
 def _open(value: Any, cls: type) -> _Frame:
     """Read a container once and check its keys."""
     keys: list[Any] | None = None
     reuse = cls is tuple or cls is FrozenDict
-    if cls is tuple:
+    if cls is tuple or cls is list:
         values = value
-    elif cls is list or issubclass(cls, (list, tuple)):
+    elif issubclass(cls, (list, tuple)):
         values = list(value)
     elif reuse or cls is dict:
         keys, values = list(value), list(value.values())

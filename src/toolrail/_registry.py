@@ -166,16 +166,7 @@ class ToolRegistry:
 
     # ---- execution ------------------------------------------------------------------
 
-    async def execute(self, call: ToolCall) -> ToolResult:
-        """Run one call through the whole pipeline to a final, frozen result.
-
-        Never raises for anything the arguments, a tool, a middleware, a guard, an
-        approver or an observer did; only ``BaseException``s that are not
-        ``Exception``s propagate, after any started body has finished.
-        """
-        if not isinstance(call, ToolCall):
-            raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
-        return await _pipeline.execute(self, call, call.scope)
+    execute = _pipeline.execute
 
     # ---- internals shared with Scope and the pipeline -------------------------------
 

@@ -115,3 +115,45 @@ def _content_dict(block: Content) -> dict[str, Any]:
     if isinstance(block, TextContent):
         return {"type": "text", "text": block.text}
     return {"type": "image", "data": block.data, "mime_type": block.mime_type}
+
+
+# The pipeline builds a result and a text block per call. A frozen dataclass's
+# ``__init__`` assigns each field through ``object.__setattr__``; setting the slots
+# through their descriptors costs less than half. Only for values already checked.
+_new = object.__new__
+(_set_content, _set_is_error, _set_value, _set_error, _set_meta, _set_contexts,
+ _set_concludes) = (
+    getattr(ToolResult, name).__set__
+    for name in ("content", "is_error", "value", "error", "meta", "contexts", "concludes_turn")
+)
+_text_slot = TextContent.text.__set__  # type: ignore[attr-defined]
+_text_type_slot = TextContent.type.__set__  # type: ignore[attr-defined]
+
+
+def make_text(text: str) -> TextContent:
+    """``TextContent(text)`` for a text already known to be a ``str``."""
+    block = _new(TextContent)
+    _text_slot(block, text)
+    _text_type_slot(block, "text")
+    return block
+
+
+def make_result(
+    content: tuple[Content, ...],
+    is_error: bool,
+    value: JsonValue,
+    error: ErrorInfo | None,
+    meta: JsonValue,
+    contexts: tuple[ContextMessage, ...],
+    concludes_turn: bool,
+) -> ToolResult:
+    """``ToolResult(...)`` for fields already frozen and consistent."""
+    result = _new(ToolResult)
+    _set_content(result, content)
+    _set_is_error(result, is_error)
+    _set_value(result, value)
+    _set_error(result, error)
+    _set_meta(result, meta)
+    _set_contexts(result, contexts)
+    _set_concludes(result, concludes_turn)
+    return result
