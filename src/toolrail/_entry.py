@@ -80,9 +80,7 @@ class Entry:
 
 def _body_kind(tool: Tool) -> BodyKind:
     fn = tool.execute
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(type(fn), "__call__", None)
-    ):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         return "async"
     return "inline" if tool.inline else "thread"
 

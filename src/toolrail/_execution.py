@@ -9,7 +9,6 @@ raises ``AttributeError``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from operator import attrgetter
 from typing import Any
 
 from ._cancel import CancelSignal
@@ -56,13 +55,32 @@ class Execution:
         self._signal = signal
         self._signal_writable = False
 
-    token: ExecutionToken = property(attrgetter("_token"), doc="Fresh per call.")  # type: ignore[assignment]
-    call_id: str = property(attrgetter("_call_id"))  # type: ignore[assignment]
-    name: str = property(attrgetter("_name"))  # type: ignore[assignment]
-    arguments: JsonValue = property(  # type: ignore[assignment]
-        attrgetter("_arguments"), doc="The deep-frozen snapshot; ``tr.MISSING`` if it failed.")
-    scope: Hashable | None = property(attrgetter("_scope"))  # type: ignore[assignment]
-    parent: ExecutionToken | None = property(attrgetter("_parent"))  # type: ignore[assignment]
+    @property
+    def token(self) -> ExecutionToken:
+        """The call's correlation token, fresh per call."""
+        return self._token
+
+    @property
+    def call_id(self) -> str:
+        return self._call_id
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def arguments(self) -> JsonValue:
+        """The deep-frozen argument snapshot; ``tr.MISSING`` if the snapshot failed."""
+        return self._arguments
+
+    @property
+    def scope(self) -> Hashable | None:
+        return self._scope
+
+    @property
+    def parent(self) -> ExecutionToken | None:
+        """The enclosing call's token, for nested calls."""
+        return self._parent
 
     @property
     def signal(self) -> CancelSignal:
@@ -125,7 +143,7 @@ class RunContext(Execution):
                 content: tuple[Content, ...] = (TextContent(message),)
             elif isinstance(message, TextContent | ImageContent):
                 content = (message,)
-            elif isinstance(message, Sequence) and all(
+            elif isinstance(message, list | tuple) and all(
                 isinstance(b, TextContent | ImageContent) for b in message
             ):
                 content = tuple(message)

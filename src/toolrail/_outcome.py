@@ -189,7 +189,7 @@ def text_of(content: tuple[Content, ...]) -> str:
 
 def replace_result(result: ToolResult, **changes: Any) -> ToolResult:
     """``dataclasses.replace`` for a result that may not be consistent yet."""
-    fields = {
+    fields: dict[str, Any] = {
         "content": result.content, "is_error": result.is_error, "value": result.value,
         "error": result.error, "meta": result.meta, "contexts": result.contexts,
         "concludes_turn": result.concludes_turn,

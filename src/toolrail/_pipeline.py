@@ -89,7 +89,9 @@ class CallState:
         self.result = result
 
 
-async def execute(registry: ToolRegistry, call: ToolCall, _scope: Hashable | None = None) -> ToolResult:
+async def execute(
+    registry: ToolRegistry, call: ToolCall, _scope: Hashable | None = None
+) -> ToolResult:
     """Run one call through the whole pipeline to a final, frozen result.
 
     Never raises for anything the arguments, a tool, a middleware, a guard, an
@@ -432,9 +434,9 @@ def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) 
             raise Invalid("post-execute cannot replace the value of a failed result")
         value, content = _checked_value(state, decision.value)
         return replace_result(result, value=value, content=content, contexts=contexts)
-    if decision.content is not None:
-        content = decision.content
-        blocks = (TextContent(content),) if isinstance(content, str) else tuple(content)
+    replacement = decision.content
+    if replacement is not None:
+        blocks = (TextContent(replacement),) if isinstance(replacement, str) else tuple(replacement)
         return replace_result(result, content=blocks, contexts=contexts)
     return replace_result(result, contexts=contexts)
 

@@ -126,8 +126,7 @@ _new = object.__new__
     getattr(ToolResult, name).__set__
     for name in ("content", "is_error", "value", "error", "meta", "contexts", "concludes_turn")
 )
-_text_slot = TextContent.text.__set__  # type: ignore[attr-defined]
-_text_type_slot = TextContent.type.__set__  # type: ignore[attr-defined]
+_text_slot, _text_type_slot = (getattr(TextContent, name).__set__ for name in ("text", "type"))
 
 
 def make_text(text: str) -> TextContent:

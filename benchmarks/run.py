@@ -1,0 +1,41 @@
+"""Run toolrail's benchmarks and print per-call costs and the bars they are held to.
+
+    python3 scripts/dev.py bench            # full run (about a minute)
+    python3 scripts/dev.py bench --quick    # a few iterations, to check it runs
+
+Figures are medians over repeats, in microseconds per operation, measured in one
+process on one machine; compare ratios, not absolute numbers, across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import bench_pipeline  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="few iterations: a smoke run")
+    args = parser.parse_args(argv)
+    print(f"toolrail benchmarks — Python {platform.python_version()} on {platform.machine()}"
+          f"{' (quick mode: figures are not meaningful)' if args.quick else ''}\n")
+    figures = asyncio.run(bench_pipeline.main(args.quick))
+    print("pipeline")
+    for figure in figures:
+        print("  " + figure.row())
+    print("\nbars")
+    for line in bench_pipeline.bars(figures):
+        print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

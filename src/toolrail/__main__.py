@@ -1,0 +1,7 @@
+"""``python -m toolrail`` runs the ``toolrail`` command."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())
