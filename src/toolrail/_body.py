@@ -48,12 +48,29 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     caller = state.caller
     if caller.cancelled:
         return aborted_before_dispatch()
-    if caller is _NEVER and entry.fast and execution._signal is _NEVER:
-        return await _fast_core(state, entry)
-    return await _general_core(state, entry)
+    if not (caller is _NEVER and entry.fast and execution._signal is _NEVER):
+        return await _watched_core(state, entry)
+    # The hot path: an async interrupt body without timeout in a never-cancelled call.
+    # Nothing can fire its body signal, so there is nothing to watch.
+    context = RunContext(execution, _NEVER)
+    state.invoked = True
+    try:
+        out = await entry.tool.execute(execution._arguments, context)
+    except asyncio.CancelledError as exc:
+        if external_cancel():
+            raise
+        return error(message_of(exc), None, "CancelledError")  # the body's own doing
+    except Exception as exc:
+        return from_exception(exc)
+    finally:
+        context._active = False
+        if context._deferred:
+            state.deferred.extend(context._deferred)
+    return body_result(entry, out, context._concludes)
 
 
-async def _general_core(state: CallState, entry: Entry) -> ToolResult:
+async def _watched_core(state: CallState, entry: Entry) -> ToolResult:
+    """``core`` for a body whose signal can fire, or that must outlive cancellation."""
     execution = state.execution
     tool = entry.tool
     # A thread or cooperative body outlives a cancellation of this task, so it needs a
@@ -87,29 +104,6 @@ async def _general_core(state: CallState, entry: Entry) -> ToolResult:
         return aborted()
     if failure is not None:
         return failure
-    return body_result(entry, out, context._concludes)
-
-
-async def _fast_core(state: CallState, entry: Entry) -> ToolResult:
-    """``core`` for an async interrupt body without timeout in a never-cancelled call.
-
-    Nothing can fire its body signal, so there is nothing to watch.
-    """
-    execution = state.execution
-    context = RunContext(execution, _NEVER)
-    state.invoked = True
-    try:
-        out = await entry.tool.execute(execution._arguments, context)
-    except asyncio.CancelledError as exc:
-        if external_cancel():
-            raise
-        return error(message_of(exc), None, "CancelledError")  # the body's own doing
-    except Exception as exc:
-        return from_exception(exc)
-    finally:
-        context._active = False
-        if context._deferred:
-            state.deferred.extend(context._deferred)
     return body_result(entry, out, context._concludes)
 
 

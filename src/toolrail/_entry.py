@@ -16,12 +16,23 @@ from typing import Any, Literal
 from ._json import JsonValue, snapshot_json
 from ._tool import Tool, ToolSchema
 
-__all__ = ["Entry", "OutputCheck", "path_of"]
+__all__ = ["CheckedBody", "Entry", "OutputCheck", "path_of"]
 
 OutputCheck = Callable[[JsonValue], list[str]]
 BodyKind = Literal["async", "inline", "thread"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
+class CheckedBody:
+    """Base of bodies that check their own value against ``output_schema`` (typed tools).
+
+    The registry then skips its JSON Schema check, unless the tool's ``output_schema``
+    was replaced after the body was built.
+    """
+
+    __slots__ = ()
+    output_schema: Any = None
 
 
 class Entry:
@@ -72,7 +83,9 @@ class Entry:
         if tool.cancellation not in ("interrupt", "cooperative"):
             raise ValueError(f'tool "{name}" cancellation must be "interrupt" or "cooperative"')
         check = None
-        if tool.output_schema is not None:
+        body = tool.execute
+        checked = isinstance(body, CheckedBody) and body.output_schema is tool.output_schema
+        if tool.output_schema is not None and not checked:
             check = compile_output_check(name, tool.output_schema)
         schema = ToolSchema(name, str(tool.description), parameters)
         return cls(tool, schema, check, _body_kind(tool))

@@ -1,0 +1,471 @@
+"""``tr.tool``: a ``Tool`` from a typed Python function.
+
+Decoration does all the reflection once: it resolves the annotations, builds one
+pydantic-core validator for the whole argument object and one for the return value,
+and assembles the JSON Schemas. Per-type work (pydantic's schema generation) is
+memoized by annotation, so decorating many functions over the same types stays cheap.
+Per call the cost over the plain function is one validation of the arguments and one
+validation and JSON dump of the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import PydanticUndefined, SchemaValidator, to_jsonable_python
+from pydantic_core import core_schema as cs
+
+from ._docstrings import parse_docstring
+from ._entry import CheckedBody
+from ._errors import ToolArgsError, ToolOutputError
+from ._execution import RunContext
+from ._json import FrozenDict, JsonValue, snapshot_json, thaw
+from ._results import ImageContent, TextContent, ToolOutput, ToolResult
+from ._tool import Tool
+
+__all__ = ["TypedBody", "tool"]
+
+Extra = Literal["forbid", "ignore"]
+_CONTENT_TYPES = (ToolOutput, TextContent, ImageContent)
+
+
+def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+         description: str | None = None,
+         concurrency_safe: bool | Callable[..., bool] = False,
+         timeout: float | None = None, strict: bool = False, extra: Extra = "forbid",
+         inline: bool = False, cancellation: Literal["interrupt", "cooperative"] = "interrupt",
+         annotations: Mapping[str, Any] | None = None,
+         present_call: Callable[..., Any] | None = None,
+         present_result: Callable[..., Any] | None = None,
+         finalize_content: Callable[..., Any] | None = None) -> Any:
+    """Build a ``Tool`` from a typed function; usable bare or with options.
+
+    >>> @tool
+    ... def add(a: int, b: int) -> int:
+    ...     '''Add two integers.'''
+    ...     return a + b
+    >>> add.name, add.description, add.parameters["required"]
+    ('add', 'Add two integers.', ('a', 'b'))
+    """
+    if extra not in ("forbid", "ignore"):
+        raise ValueError(f'extra must be "forbid" or "ignore", got {extra!r}')
+
+    def build(func: Callable[..., Any]) -> Tool:
+        spec = _Signature.read(func, extra, strict)
+        if present_result is not None and "result" in spec.fields:
+            raise TypeError(f"{spec.label}: a tool with a parameter named 'result' cannot have "
+                            "present_result (it receives the result as keyword 'result')")
+        body = (_AsyncBody if _is_async(func) else _SyncBody)(func, spec)
+        doc = parse_docstring(inspect.getdoc(func) if func.__doc__ else None)
+        return Tool(
+            name=name if name is not None else func.__name__,
+            description=description if description is not None else doc.description,
+            parameters=spec.parameters_schema(doc.params),
+            execute=body,
+            output_schema=spec.output_schema,
+            concurrency_safe=concurrency_safe if isinstance(concurrency_safe, bool)
+            else _Classifier(concurrency_safe, spec),
+            timeout=timeout,
+            cancellation=cancellation,
+            inline=inline,
+            annotations=annotations,
+            present_call=None if present_call is None else _Presenter(present_call, spec),
+            present_result=None if present_result is None
+            else _ResultPresenter(present_result, spec),
+            finalize_content=finalize_content,
+            function=func,
+        )
+
+    return build if fn is None else build(fn)
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+        getattr(type(func), "__call__", None))
+
+
+class _Signature:
+    """A function's parameters and return type, compiled for validation."""
+
+    def __init__(self, label: str, fields: dict[str, tuple[Any, Any]], context: str | None,
+                 returns: Any, extra: Extra, strict: bool) -> None:
+        self.label = label
+        self.fields = fields  # name -> (annotation, default or PydanticUndefined)
+        self.context = context
+        self.extra = extra
+        self.strict = strict
+        schema = cs.typed_dict_schema(
+            {n: _field(a, d, label, n) for n, (a, d) in fields.items()},
+            extra_behavior=extra,
+        )
+        self.validator = SchemaValidator(schema)
+        self._core_schema = schema
+        # The per-call ``extra`` reaches into nested models whatever their own config;
+        # without nested models the validator's own setting already says it all.
+        self._nested_extra = extra if _has_models(schema) else None
+        self.returns = returns
+        self.output: TypeAdapter[Any] | None = None
+        self.output_schema: FrozenDict | None = None
+        if returns is not _NO_ANNOTATION and not _is_content_annotation(returns):
+            self.output = _adapter(returns, label, "the return annotation")
+            if returns is not None and returns is not type(None):
+                self.output_schema = _output_schema(returns, label)
+
+    @classmethod
+    def read(cls, func: Callable[..., Any], extra: Extra, strict: bool) -> _Signature:
+        label = getattr(func, "__qualname__", None) or repr(func)
+        try:
+            signature = inspect.signature(func)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{label}: cannot read its signature: {exc}") from exc
+        owner = getattr(func, "__func__", func)
+        fields: dict[str, tuple[Any, Any]] = {}
+        context: str | None = None
+        for param in signature.parameters.values():
+            where = f"{label}: parameter {param.name!r}"
+            if param.kind is param.VAR_POSITIONAL or param.kind is param.VAR_KEYWORD:
+                raise TypeError(f"{where}: *args and **kwargs cannot be tool parameters")
+            if param.kind is param.POSITIONAL_ONLY:
+                raise TypeError(f"{where}: positional-only parameters cannot be tool parameters")
+            annotation = _resolve(owner, param.name, param.annotation, where)
+            if annotation is RunContext:
+                if context is not None:
+                    raise TypeError(f"{where}: only one parameter may take the RunContext")
+                context = param.name
+                continue
+            default = PydanticUndefined if param.default is param.empty else param.default
+            fields[param.name] = (annotation, default)
+        returns = _resolve(owner, "return", signature.return_annotation,
+                           f"{label}: the return annotation")
+        return cls(label, fields, context, returns, extra, strict)
+
+    def parameters_schema(self, descriptions: dict[str, str]) -> dict[str, Any]:
+        """The JSON Schema of the argument object, titles dropped."""
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        defs: dict[str, Any] = {}
+        for name, (annotation, default) in self.fields.items():
+            fragment, fragment_defs = _parameter_schema(annotation, self.label, name)
+            for key, value in fragment_defs.items():
+                if defs.setdefault(key, value) != value:
+                    return self._generated_schema(descriptions)  # two types, one name
+            fragment = dict(fragment)
+            if "description" not in fragment and descriptions.get(name):
+                fragment["description"] = descriptions[name]
+            if default is PydanticUndefined:
+                required.append(name)
+            else:
+                fragment["default"] = _json_default(default, self.label, name)
+            properties[name] = fragment
+        schema: dict[str, Any] = {"type": "object", "properties": properties}
+        if required:
+            schema["required"] = required
+        if self.extra == "forbid":
+            schema["additionalProperties"] = False
+        if defs:
+            schema["$defs"] = defs
+        return _tidy(schema, self.extra == "forbid")
+
+    def _generated_schema(self, descriptions: dict[str, str]) -> dict[str, Any]:
+        schema = GenerateJsonSchema().generate(self._core_schema, mode="validation")
+        for name, fragment in schema.get("properties", {}).items():
+            if "description" not in fragment and descriptions.get(name):
+                fragment["description"] = descriptions[name]
+        return _tidy(schema, self.extra == "forbid")
+
+    def validate(self, arguments: JsonValue) -> dict[str, Any]:
+        """Validated keyword arguments, or ``ToolArgsError`` with the spec's violations."""
+        if not isinstance(arguments, dict):
+            raise ToolArgsError('invalid arguments: "arguments" must be an object',
+                                violations=('"arguments" must be an object',))
+        try:
+            if self.strict:
+                validated = self.validator.validate_json(json.dumps(arguments), strict=True,
+                                                         extra=self.extra)
+            else:
+                # A plain dict of the top level takes pydantic-core's fastest path.
+                validated = self.validator.validate_python(dict(arguments),
+                                                           extra=self._nested_extra)
+            return validated  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            violations = tuple(_violation(e, root="") for e in exc.errors())
+            raise ToolArgsError("invalid arguments: " + "; ".join(violations),
+                                violations=violations) from None
+
+    def soft_validate(self, arguments: JsonValue) -> dict[str, Any] | None:
+        try:
+            return self.validate(arguments)
+        except ToolArgsError:
+            return None
+
+    def canonical(self, name: str, value: Any) -> Any:
+        """The return value validated against the annotation and dumped as JSON."""
+        adapter = self.output
+        if adapter is None or isinstance(value, _CONTENT_TYPES) or _is_content_list(value):
+            return value
+        if type(value) is self.returns and self.returns in (str, int, bool):
+            return value
+        try:
+            checked = adapter.validate_python(value, strict=self.strict)
+        except ValidationError as exc:
+            reasons = "; ".join(_violation(e, root="$") for e in exc.errors())
+            raise ToolOutputError(f'tool "{name}" returned invalid output: {reasons}') from None
+        try:
+            return adapter.dump_python(checked, mode="json", by_alias=True)
+        except Exception as exc:
+            raise ToolOutputError(f'tool "{name}" returned invalid output: {exc}') from exc
+
+
+class TypedBody(CheckedBody):
+    """The ``execute`` of a typed tool: validate, call, convert the value."""
+
+    __slots__ = ("__wrapped__", "_call", "_context", "_spec", "name", "output_schema")
+
+    def __init__(self, func: Callable[..., Any], spec: _Signature) -> None:
+        self.__wrapped__ = func
+        self._call = func
+        self._spec = spec
+        self._context = spec.context
+        self.output_schema = spec.output_schema
+        self.name = getattr(func, "__name__", "tool")
+
+    def _kwargs(self, arguments: JsonValue, context: RunContext) -> dict[str, Any]:
+        kwargs = self._spec.validate(arguments)
+        if self._context is not None:
+            kwargs[self._context] = context
+        return kwargs
+
+    def __repr__(self) -> str:
+        return f"<typed body of {self._spec.label}>"
+
+
+class _AsyncBody(TypedBody):
+    __slots__ = ()
+
+    async def __call__(self, arguments: JsonValue, context: RunContext) -> Any:
+        value = await self._call(**self._kwargs(arguments, context))
+        return self._spec.canonical(context.name, value)
+
+
+class _SyncBody(TypedBody):
+    __slots__ = ()
+
+    def __call__(self, arguments: JsonValue, context: RunContext) -> Any:
+        value = self._call(**self._kwargs(arguments, context))
+        return self._spec.canonical(context.name, value)
+
+
+class _Classifier:
+    """A user's ``concurrency_safe`` callable, run on validated arguments only."""
+
+    __slots__ = ("_by_keyword", "_fn", "_spec")
+
+    def __init__(self, fn: Callable[..., Any], spec: _Signature) -> None:
+        if not callable(fn):
+            raise TypeError(f"{spec.label}: concurrency_safe must be a bool or a callable")
+        self._fn = fn
+        self._spec = spec
+        self._by_keyword = _binds(fn, spec.fields)
+
+    def _invoke(self, kwargs: dict[str, Any], **more: Any) -> Any:
+        if self._by_keyword:
+            return self._fn(**kwargs, **more)
+        return self._fn(kwargs, **more)
+
+    def __call__(self, arguments: JsonValue) -> bool:
+        kwargs = self._spec.soft_validate(arguments)
+        return False if kwargs is None else self._invoke(kwargs) is True
+
+    def __repr__(self) -> str:
+        return repr(self._fn)
+
+
+class _Presenter(_Classifier):
+    __slots__ = ()
+
+    def __call__(self, arguments: JsonValue) -> Any:  # type: ignore[override]
+        kwargs = self._spec.soft_validate(arguments)
+        return None if kwargs is None else self._invoke(kwargs)
+
+
+class _ResultPresenter(_Classifier):
+    __slots__ = ()
+
+    def __init__(self, fn: Callable[..., Any], spec: _Signature) -> None:
+        super().__init__(fn, spec)
+        self._by_keyword = _binds(fn, {**spec.fields, "result": None})
+
+    def __call__(self, arguments: JsonValue, result: ToolResult) -> Any:  # type: ignore[override]
+        kwargs = self._spec.soft_validate(arguments)
+        return None if kwargs is None else self._invoke(kwargs, result=result)
+
+
+def _binds(fn: Callable[..., Any], names: Mapping[str, Any]) -> bool:
+    try:
+        inspect.signature(fn).bind(**dict.fromkeys(names))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+# ---- annotations and per-type schemas -----------------------------------------------
+
+_NO_ANNOTATION: Any = inspect.Parameter.empty
+
+
+def _resolve(owner: Any, name: str, annotation: Any, where: str) -> Any:
+    if annotation is inspect.Parameter.empty:
+        return Any if name != "return" else _NO_ANNOTATION
+    if not isinstance(annotation, str):
+        return annotation
+    holder = types.SimpleNamespace(__annotations__={name: annotation},
+                                   __globals__=getattr(owner, "__globals__", {}))
+    try:
+        return typing.get_type_hints(holder, include_extras=True)[name]
+    except Exception as exc:
+        raise TypeError(f"{where}: cannot resolve the annotation {annotation!r} ({exc}); "
+                        "define the type at module level") from exc
+
+
+def _is_content_annotation(annotation: Any) -> bool:
+    if annotation in _CONTENT_TYPES:
+        return True
+    args = typing.get_args(annotation)
+    return bool(args) and all(_is_content_annotation(a) for a in args)
+
+
+def _is_content_list(value: Any) -> bool:
+    return (isinstance(value, list | tuple) and bool(value)
+            and all(isinstance(b, TextContent | ImageContent) for b in value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def _adapter(annotation: Any, label: str, what: str) -> TypeAdapter[Any]:
+    try:
+        try:
+            return _cached_adapter(annotation)
+        except TypeError:  # unhashable annotation: not memoized
+            return TypeAdapter(annotation)
+    except Exception as exc:
+        raise TypeError(f"{label}: {what} {annotation!r} has no JSON representation: "
+                        f"{exc}") from exc
+
+
+def _field(annotation: Any, default: Any, label: str, name: str) -> cs.TypedDictField:
+    schema = _adapter(annotation, label, f"parameter {name!r}:").core_schema
+    if default is PydanticUndefined:
+        return cs.typed_dict_field(schema)
+    return cs.typed_dict_field(cs.with_default_schema(schema, default=default), required=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_parameter_schema(annotation: Any) -> tuple[str, str]:
+    wrapper = cs.typed_dict_schema({"x": cs.typed_dict_field(_cached_adapter(annotation).core_schema)})
+    schema = GenerateJsonSchema().generate(wrapper, mode="validation")
+    return json.dumps(schema["properties"]["x"]), json.dumps(schema.get("$defs", {}))
+
+
+def _parameter_schema(annotation: Any, label: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON Schema of one parameter's type, and the ``$defs`` it refers to."""
+    try:
+        try:
+            fragment, defs = _cached_parameter_schema(annotation)
+        except TypeError:
+            fragment, defs = _cached_parameter_schema.__wrapped__(annotation)
+    except Exception as exc:
+        raise TypeError(f"{label}: parameter {name!r}: {annotation!r} has no JSON "
+                        f"representation: {exc}") from exc
+    loaded: tuple[dict[str, Any], dict[str, Any]] = (json.loads(fragment), json.loads(defs))
+    return loaded
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_output_schema(annotation: Any) -> FrozenDict:
+    schema = TypeAdapter(annotation).json_schema(mode="serialization")
+    frozen = snapshot_json(_tidy(schema, forbid=False))
+    assert isinstance(frozen, FrozenDict)
+    return frozen  # frozen: safe to share between tools
+
+
+def _output_schema(annotation: Any, label: str) -> FrozenDict:
+    try:
+        try:
+            return _cached_output_schema(annotation)
+        except TypeError:  # unhashable annotation: not memoized
+            return _cached_output_schema.__wrapped__(annotation)
+    except Exception as exc:
+        raise TypeError(f"{label}: the return annotation {annotation!r} has no JSON "
+                        f"representation: {exc}") from exc
+
+
+def _json_default(default: Any, label: str, name: str) -> Any:
+    try:
+        return thaw(snapshot_json(to_jsonable_python(default)))
+    except Exception as exc:
+        raise TypeError(f"{label}: parameter {name!r}: the default {default!r} has no JSON "
+                        "representation") from exc
+
+
+def _tidy(schema: dict[str, Any], forbid: bool) -> dict[str, Any]:
+    """Drop ``title`` keys; with ``forbid``, close every level that lists properties."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        node.pop("title", None)
+        if forbid and "properties" in node:
+            node["additionalProperties"] = False
+        for key, value in node.items():
+            if key in ("properties", "$defs", "definitions", "patternProperties",
+                       "dependentSchemas"):
+                if isinstance(value, dict):
+                    stack.extend(value.values())
+            elif key not in ("default", "examples", "const", "enum", "required"):
+                stack.append(value)
+    return schema
+
+
+def _has_models(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") in ("model", "dataclass", "typed-dict", "definitions",
+                                    "definition-ref") and node is not schema:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
+def _violation(error: Any, *, root: str) -> str:
+    loc = error.get("loc", ())
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    kind = error.get("type")
+    if kind == "missing":
+        return f'missing required property "{path or root}"'
+    if kind == "extra_forbidden":
+        return f'unexpected property "{path or root}"'
+    return f'"{path or root or "arguments"}": {error.get("msg", "is invalid")}'
