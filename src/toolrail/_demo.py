@@ -12,6 +12,7 @@ from ._cancel import CancelController
 from ._decisions import Accept, ApprovalOutcome, ApprovalRequest, Ask, Block
 from ._errors import ToolArgsError
 from ._execution import Execution, RunContext
+from ._json import thaw
 from ._registry import ToolRegistry
 from ._results import ToolResult
 from ._tool import Tool, ToolCall
@@ -31,7 +32,7 @@ async def _walk(root: Path, auto_approve: bool) -> int:
     (root / "notes.txt").write_text("toolrail keeps every result in model order.")
 
     def approver(request: ApprovalRequest) -> ApprovalOutcome:
-        question = f"  approve {request.tool_name}({dict(request.arguments)})? [y/N] "
+        question = f"  approve {request.tool_name}({thaw(request.arguments)})? [y/N] "
         if auto_approve:
             print(question + "y (auto-approved)")
             return ApprovalOutcome.ALLOWED_ONCE

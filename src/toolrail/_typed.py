@@ -88,8 +88,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
-        getattr(type(func), "__call__", None))
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
 
 
 class _Signature:
@@ -291,7 +290,7 @@ class _Classifier:
 class _Presenter(_Classifier):
     __slots__ = ()
 
-    def __call__(self, arguments: JsonValue) -> Any:  # type: ignore[override]
+    def __call__(self, arguments: JsonValue) -> Any:
         kwargs = self._spec.soft_validate(arguments)
         return None if kwargs is None else self._invoke(kwargs)
 
@@ -372,12 +371,14 @@ def _field(annotation: Any, default: Any, label: str, name: str) -> cs.TypedDict
 
 @functools.lru_cache(maxsize=4096)
 def _cached_parameter_schema(annotation: Any) -> tuple[str, str]:
-    wrapper = cs.typed_dict_schema({"x": cs.typed_dict_field(_cached_adapter(annotation).core_schema)})
+    field = cs.typed_dict_field(_cached_adapter(annotation).core_schema)
+    wrapper = cs.typed_dict_schema({"x": field})
     schema = GenerateJsonSchema().generate(wrapper, mode="validation")
     return json.dumps(schema["properties"]["x"]), json.dumps(schema.get("$defs", {}))
 
 
-def _parameter_schema(annotation: Any, label: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _parameter_schema(annotation: Any, label: str,
+                      name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The JSON Schema of one parameter's type, and the ``$defs`` it refers to."""
     try:
         try:
