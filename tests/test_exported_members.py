@@ -12,7 +12,7 @@ EXPECTED = [
     "PostMiddleware", "PreDecision", "PreMiddleware", "ResultObserver", "RunContext", "Scope",
     "TextContent", "Tool", "ToolAbortedError", "ToolArgsError", "ToolCall", "ToolError",
     "ToolNotFoundError", "ToolOutput", "ToolOutputError", "ToolRegistry", "ToolResult",
-    "ToolSchema", "ToolTimeoutError", "snapshot_json", "thaw",
+    "ToolSchema", "ToolTimeoutError", "snapshot_json", "thaw", "tool",
 ]
 
 

@@ -45,6 +45,7 @@ from ._results import (
     ToolResult,
 )
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from ._typed import tool
 from ._types import AroundMiddleware, Guard, PostMiddleware, PreMiddleware, ResultObserver
 
 __version__ = "0.1.0"
@@ -95,4 +96,5 @@ __all__ = [
     "ToolTimeoutError",
     "snapshot_json",
     "thaw",
+    "tool",
 ]
