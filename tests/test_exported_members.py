@@ -6,7 +6,8 @@ import toolrail as tr
 
 EXPECTED = [
     "MISSING", "Accept", "Allow", "ApprovalOutcome", "ApprovalRequest", "Approver",
-    "AroundMiddleware", "Ask", "Block", "CancelController", "CancelSignal", "Content",
+    "AroundMiddleware", "Ask", "Batch", "Block", "CallStream", "CancelController",
+    "CancelSignal", "Committed", "Content",
     "ContextMessage", "Deny", "Disposer", "ErrorInfo", "Execution", "ExecutionMode",
     "ExecutionToken", "FrozenDict", "Guard", "ImageContent", "JsonValue", "PostDecision",
     "PostMiddleware", "PreDecision", "PreMiddleware", "ResultObserver", "RunContext", "Scope",

@@ -44,6 +44,7 @@ from ._results import (
     ToolOutput,
     ToolResult,
 )
+from ._scheduler import Batch, CallStream, Committed
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 from ._typed import tool
 from ._types import AroundMiddleware, Guard, PostMiddleware, PreMiddleware, ResultObserver
@@ -59,9 +60,12 @@ __all__ = [
     "Approver",
     "AroundMiddleware",
     "Ask",
+    "Batch",
     "Block",
+    "CallStream",
     "CancelController",
     "CancelSignal",
+    "Committed",
     "Content",
     "ContextMessage",
     "Deny",

@@ -48,24 +48,32 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     caller = state.caller
     if caller.cancelled:
         return aborted_before_dispatch()
-    if not (caller is _NEVER and entry.fast and execution._signal is _NEVER):
+    if not entry.fast or execution._signal is not caller:
         return await _watched_core(state, entry)
-    # The hot path: an async interrupt body without timeout in a never-cancelled call.
-    # Nothing can fire its body signal, so there is nothing to watch.
-    context = RunContext(execution, _NEVER)
+    # The common path: an async interrupt body without timeout, whose body signal is
+    # the caller's own; it is awaited here and interrupted through this task.
+    context = RunContext(execution, caller)
+    interrupt = None if caller is _NEVER else Interrupt(caller)
     state.invoked = True
     try:
         out = await entry.tool.execute(execution._arguments, context)
     except asyncio.CancelledError as exc:
+        fired = interrupt is not None and interrupt.disarm()
         if external_cancel():
             raise
+        if fired:
+            return aborted()
         return error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
+        if interrupt is not None and interrupt.disarm():
+            return aborted()
         return from_exception(exc)
     finally:
         context._active = False
         if context._deferred:
             state.deferred.extend(context._deferred)
+    if interrupt is not None and interrupt.disarm():
+        return aborted()
     return body_result(entry, out, context._concludes)
 
 

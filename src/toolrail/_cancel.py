@@ -162,3 +162,30 @@ def _linked(signals: tuple[CancelSignal, ...]) -> CancelSignal:
 def _dispose_all(disposers: list[Disposer]) -> None:
     for dispose in disposers:
         dispose()
+
+
+def link(*signals: CancelSignal) -> tuple[CancelSignal, Callable[[], None]]:
+    """Like ``CancelSignal.any`` with explicit disposal, for the registry's own use.
+
+    Returns the combined signal and a function that unhooks it from its inputs.
+    """
+    live = tuple(s for s in signals if s is not _NEVER)
+    if len(live) == 1:
+        return live[0], _nothing
+    if not live:
+        return _NEVER, _nothing
+    controller = CancelController()
+    for signal in live:
+        if signal.cancelled:
+            controller.cancel(signal.reason or "cancelled")
+            return controller.signal, _nothing
+    disposers = [s.add_callback(_relay(s, controller)) for s in live]
+    return controller.signal, lambda: _dispose_all(disposers)
+
+
+def _relay(source: CancelSignal, target: CancelController) -> Callable[[], None]:
+    return lambda: target.cancel(source.reason or "cancelled")
+
+
+def _nothing() -> None:
+    pass

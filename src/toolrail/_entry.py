@@ -68,13 +68,7 @@ class Entry:
             raise ValueError(
                 f'tool "{name}" parameters must be a JSON Schema object with "type": "object"'
             )
-        timeout = tool.timeout
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
+        if not _valid_timeout(tool.timeout):
             raise ValueError(f'tool "{name}" timeout must be a positive finite number of seconds')
         if not callable(tool.execute):
             raise TypeError(f'tool "{name}" execute must be callable')
@@ -89,6 +83,17 @@ class Entry:
             check = compile_output_check(name, tool.output_schema)
         schema = ToolSchema(name, str(tool.description), parameters)
         return cls(tool, schema, check, _body_kind(tool))
+
+
+def _valid_timeout(timeout: Any) -> bool:
+    if timeout is None:
+        return True
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        return False
+    try:
+        return math.isfinite(timeout) and timeout > 0
+    except OverflowError:  # an int no float can hold
+        return False
 
 
 def _body_kind(tool: Tool) -> BodyKind:

@@ -51,7 +51,19 @@ if TYPE_CHECKING:
     from ._entry import Entry
     from ._registry import ToolRegistry
 
-__all__ = ["CallState", "commit", "dispatch", "execute", "prepare"]
+__all__ = [
+    "CallState",
+    "begin",
+    "commit",
+    "commit_now",
+    "decide",
+    "decide_now",
+    "dispatch",
+    "execute",
+    "prepare",
+    "resolve",
+    "run_dispatch",
+]
 
 _NEVER: Final = CancelSignal.never()
 
@@ -101,38 +113,46 @@ async def execute(
     """
     if not isinstance(call, ToolCall):
         raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
-    scope = call.scope if _scope is None else _scope
-    chains = registry._chains
-    state = begin(registry, call, scope, call.signal)
+    state = begin(registry, call, call.scope if _scope is None else _scope, call.signal)
     if state.phase == READY:
-        if chains.for_call(Stage.PRE, scope):
+        if not decide_now(registry, state):
             await decide(registry, state)
-        else:
-            check_guards(registry, state)
         if state.phase == READY:
-            if chains.for_call(Stage.AROUND, scope):
-                await dispatch(registry, state)
-            else:
-                state.entry = entry = registry._resolve(state.execution._name, scope)
-                _dispatched(state, await core(state, entry))
-    if chains.for_call(Stage.POST, scope) and (state.phase == DISPATCHED or state.phase == DENIED):
-        await post_execute(registry, state)
-    return finish(registry, state)
+            resolve(registry, state)
+            await run_dispatch(registry, state)
+    result = commit_now(registry, state)
+    return result if result is not None else await commit(registry, state)
 
 
 async def prepare(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
                   signal: CancelSignal | None) -> CallState:
     """Stages 1-7."""
     state = begin(registry, call, scope, signal)
-    if state.phase == READY:
+    if state.phase == READY and not decide_now(registry, state):
         await decide(registry, state)
     return state
+
+
+def decide_now(registry: ToolRegistry, state: CallState) -> bool:
+    """Stages 4-7 when there is no pre-execute middleware to await; else ``False``."""
+    if registry._chains.for_call(Stage.PRE, state.execution._scope):
+        return False
+    check_guards(registry, state)
+    return True
 
 
 async def commit(registry: ToolRegistry, state: CallState) -> ToolResult:
     """Stages 10-13."""
     if state.phase == DISPATCHED or state.phase == DENIED:
         await post_execute(registry, state)
+    return finish(registry, state)
+
+
+def commit_now(registry: ToolRegistry, state: CallState) -> ToolResult | None:
+    """Stages 10-13 when there is no post-execute middleware to await; else ``None``."""
+    if (state.phase == DISPATCHED or state.phase == DENIED) and registry._chains.for_call(
+            Stage.POST, state.execution._scope):
+        return None
     return finish(registry, state)
 
 
@@ -284,8 +304,20 @@ def _run_guards(guards: tuple[Callable[[Execution], Any], ...], execution: Execu
 
 async def dispatch(registry: ToolRegistry, state: CallState) -> None:
     """Stages 8-9: resolve the tool, run around-execute middleware around the body."""
+    resolve(registry, state)
+    await run_dispatch(registry, state)
+
+
+def resolve(registry: ToolRegistry, state: CallState) -> None:
+    """Stage 8's lookup, once, as dispatch starts (a retry runs the same definition)."""
     execution = state.execution
-    entry = state.entry = registry._resolve(execution._name, execution._scope)
+    state.entry = registry._resolve(execution._name, execution._scope)
+
+
+async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
+    """Stages 8-9 after ``resolve``: around-execute middleware around the body."""
+    execution = state.execution
+    entry = state.entry
     chain = registry._chains.for_call(Stage.AROUND, execution._scope)
     if not chain:
         _dispatched(state, await core(state, entry))

@@ -13,12 +13,14 @@ import re
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _pipeline
+from . import _pipeline, _scheduler
+from ._cancel import CancelSignal
 from ._chains import Chains, Stage
 from ._decisions import Approver
 from ._disposer import Disposer
 from ._entry import Entry
 from ._json import snapshot_json
+from ._scheduler import Batch, CallStream, bind_calls
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 
 if TYPE_CHECKING:
@@ -168,6 +170,24 @@ class ToolRegistry:
 
     execute = _pipeline.execute
 
+    async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
+                  signal: CancelSignal | None = None) -> Batch:
+        """Run one model step's calls: in parallel where safe, results in model order.
+
+        Argument errors (``max_parallel``, a non-``ToolCall``) raise before anything runs.
+        """
+        listed, scopes = bind_calls(calls, max_parallel, signal, None, bound=False)
+        return await _scheduler.run(self, listed, scopes, max_parallel, signal)
+
+    def stream(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
+               signal: CancelSignal | None = None) -> CallStream:
+        """Like ``run``, yielding each ``Committed`` as soon as it commits, in model order.
+
+        Use it as ``async with contextlib.aclosing(registry.stream(calls)) as s``.
+        """
+        listed, scopes = bind_calls(calls, max_parallel, signal, None, bound=False)
+        return _scheduler.stream(self, listed, scopes, max_parallel, signal)
+
     # ---- internals shared with Scope and the pipeline -------------------------------
 
     def _resolve(self, name: str, scope: Hashable | None) -> Entry | None:
@@ -192,11 +212,14 @@ class ToolRegistry:
             if entry is None:
                 return ExecutionMode.EXCLUSIVE
             safe = entry.tool.concurrency_safe
+            if safe is False:
+                return ExecutionMode.EXCLUSIVE
+            arguments = snapshot_json(call.arguments)
             if safe is True:
                 return ExecutionMode.PARALLEL
-            if safe is False or not callable(safe):
+            if not callable(safe):
                 return ExecutionMode.EXCLUSIVE
-            verdict = safe(snapshot_json(call.arguments))
+            verdict = safe(arguments)
         except Exception:
             return ExecutionMode.EXCLUSIVE
         return ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
@@ -360,13 +383,13 @@ class Scope:
     def _own(self, disposer: Disposer) -> Disposer:
         owned, slot = self._owned, self._next
         self._next += 1
-        owned[slot] = disposer
 
         def undo() -> None:
             owned.pop(slot, None)
             disposer()
 
-        return Disposer(undo)
+        handle = owned[slot] = Disposer(undo)
+        return handle
 
     def register(self, tool: Tool) -> Disposer:
         """Register ``tool`` in this scope's layer (it shadows a global of the same name)."""
@@ -449,6 +472,18 @@ class Scope:
     async def execute(self, call: ToolCall) -> ToolResult:
         """Run ``call`` in this scope (``scope=None`` binds it here)."""
         return await _pipeline.execute(self._registry, call, self._bind(call))
+
+    async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
+                  signal: CancelSignal | None = None) -> Batch:
+        """``registry.run`` for this scope's calls (``scope=None`` binds them here)."""
+        listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
+        return await _scheduler.run(self._registry, listed, scopes, max_parallel, signal)
+
+    def stream(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
+               signal: CancelSignal | None = None) -> CallStream:
+        """``registry.stream`` for this scope's calls."""
+        listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
+        return _scheduler.stream(self._registry, listed, scopes, max_parallel, signal)
 
     def _bind(self, call: ToolCall) -> Hashable:
         if not isinstance(call, ToolCall):

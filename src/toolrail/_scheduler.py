@@ -1,0 +1,299 @@
+"""Running one model step's calls: ``run`` and ``stream`` (scheduler.md).
+
+One driver per batch walks the calls in model order. Everything ordered runs in the
+driver itself — classification, prepare (snapshot, pre-execute, approval, guards) and
+commit (post-execute, finalize, materialize, observers) — one call at a time. Only
+dispatch (around-execute and the body) runs in tasks of its own, at most
+``max_parallel`` at once; the driver owns them and never returns or raises while one
+still runs.
+
+The driver is an async generator of ``Committed`` items: ``run`` drains it, ``stream``
+hands it to the caller. Closing it early cancels the batch, waits for the calls in
+flight, and commits every remaining call without yielding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Hashable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ._cancel import CancelController, CancelSignal, link
+from ._pipeline import (
+    READY,
+    CallState,
+    begin,
+    commit,
+    commit_now,
+    decide,
+    decide_now,
+    resolve,
+    run_dispatch,
+)
+from ._results import ContextMessage, ToolResult
+from ._tool import ExecutionMode, ToolCall
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+
+__all__ = ["Batch", "CallStream", "Committed", "run", "stream"]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Every call's final result, in the calls' order."""
+
+    results: tuple[ToolResult, ...]
+    contexts: tuple[ContextMessage, ...]
+    cancelled: bool
+    concludes_turn: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One call's committed result, as ``stream`` yields it."""
+
+    index: int
+    call: ToolCall
+    result: ToolResult
+    started: bool
+
+
+def bind_calls(calls: Iterable[ToolCall], max_parallel: int, signal: CancelSignal | None,
+               scope: Hashable | None, bound: bool) -> tuple[list[ToolCall], list[Hashable]]:
+    """Check ``run``/``stream`` arguments before anything runs; returns calls and scopes."""
+    if type(max_parallel) is not int or max_parallel < 1:
+        raise ValueError("max_parallel must be a positive integer")
+    if signal is not None and not isinstance(signal, CancelSignal):
+        raise TypeError(f"signal must be a CancelSignal or None, got {type(signal).__name__}")
+    listed = list(calls)
+    scopes: list[Hashable] = []
+    for call in listed:
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"run() and stream() take ToolCalls, got {type(call).__name__}")
+        if not bound:
+            scopes.append(call.scope)
+        elif call.scope is None or call.scope == scope:
+            scopes.append(scope)
+        else:
+            raise ValueError(
+                f"call {call.call_id!r} names scope {call.scope!r}, not this scope {scope!r}"
+            )
+    return listed, scopes
+
+
+async def run(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
+              max_parallel: int, signal: CancelSignal | None) -> Batch:
+    driver = _Driver(registry, calls, scopes, max_parallel, signal)
+    results: list[ToolResult] = []
+    async with contextlib.aclosing(driver.committed()) as committed:
+        async for item in committed:
+            results.append(item.result)
+    contexts = tuple(c for result in results for c in result.contexts)
+    concludes = any(r.concludes_turn for r in results)
+    return Batch(tuple(results), contexts, driver.batch.signal.cancelled, concludes)
+
+
+def stream(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
+           max_parallel: int, signal: CancelSignal | None) -> CallStream:
+    return CallStream(_Driver(registry, calls, scopes, max_parallel, signal).committed())
+
+
+class CallStream:
+    """An async iterator of ``Committed``, in model order, with ``aclose()``.
+
+    Use it as ``async with contextlib.aclosing(registry.stream(calls)) as s``; leaving
+    early cancels the batch like its signal would, and ``aclose()`` returns only once
+    every call has its result and notification. The batch starts at the first
+    ``__anext__()``.
+    """
+
+    __slots__ = ("_agen",)
+
+    def __init__(self, agen: AsyncGenerator[Committed, None]) -> None:
+        self._agen = agen
+
+    def __aiter__(self) -> CallStream:
+        return self
+
+    async def __anext__(self) -> Committed:
+        return await self._agen.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop the batch: no further call starts; return once every call is committed."""
+        await self._agen.aclose()
+
+    async def __aenter__(self) -> CallStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+class _Slot:
+    """One call of the batch between its stages."""
+
+    __slots__ = ("index", "settled", "state", "task", "unlink")
+
+    def __init__(self, index: int, state: CallState, unlink: Callable[[], None]) -> None:
+        self.index = index
+        self.state = state
+        self.unlink = unlink
+        self.task: asyncio.Task[None] | None = None
+        self.settled = False
+
+
+class _Driver:
+    """One batch: a state machine that ``_next()`` advances to the next commit."""
+
+    def __init__(self, registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
+                 max_parallel: int, signal: CancelSignal | None) -> None:
+        self.registry = registry
+        self.calls = calls
+        self.scopes = scopes
+        self.max_parallel = max_parallel
+        self.user_signal = signal
+        self.batch = CancelController()  # fires on the caller's signal or an early close
+        self.slots: dict[int, _Slot] = {}  # started, not yet committed
+        self.started = 0  # calls[:started] have started
+        self.cursor = 0  # calls[:cursor] have committed
+        self.dispatching = 0
+        self.parallel = False  # the current group may grow
+        self.wake = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    async def committed(self) -> AsyncGenerator[Committed, None]:
+        user = self.user_signal
+        unhook = user.add_callback(lambda: self.batch.cancel(user.reason or "cancelled")) \
+            if user is not None else None
+        wake = self.batch.signal.add_callback(self.wake.set)
+        try:
+            while (item := await self._next()) is not None:
+                yield item
+        except GeneratorExit:
+            # Left early: cancel the batch and commit everything, without yielding.
+            self.batch.cancel("stream closed")
+            try:
+                while await self._next() is not None:
+                    pass
+            except BaseException:
+                await self._stop_in_flight(cancel_tasks=True)
+                raise
+            raise
+        except asyncio.CancelledError:
+            await self._stop_in_flight(cancel_tasks=True)
+            raise
+        except BaseException:
+            self.batch.cancel("the scheduler failed")
+            await self._stop_in_flight(cancel_tasks=False)
+            raise
+        finally:
+            wake()
+            if unhook is not None:
+                unhook()
+
+    async def _next(self) -> Committed | None:
+        """Work until the next call commits; ``None`` once every call has."""
+        total = len(self.calls)
+        while self.cursor < total:
+            slot = self.slots.get(self.cursor)
+            if slot is not None and slot.settled:
+                return await self._commit(slot)
+            if self.started < total and self._may_start():
+                await self._start(self.started)
+            else:
+                await self._settlement()
+        return None
+
+    def _may_start(self) -> bool:
+        """Whether call ``started`` may start now; classifies it when that is asked."""
+        if self.batch.signal.cancelled:
+            return True  # it starts only to be committed as ABORTED_BEFORE_DISPATCH
+        if self.started == self.cursor:  # a group boundary: everything before committed
+            self.parallel = self._mode(self.started) is ExecutionMode.PARALLEL
+            return True
+        if not self.parallel or self.dispatching >= self.max_parallel:
+            return False
+        if self._mode(self.started) is ExecutionMode.PARALLEL:
+            return True
+        self.parallel = False  # the group stops growing; this call heads the next one
+        return False
+
+    def _mode(self, index: int) -> ExecutionMode:
+        return self.registry._mode(self.calls[index], self.scopes[index])
+
+    async def _start(self, index: int) -> None:
+        """Prepare call ``index`` in this task and, unless it ended there, dispatch it."""
+        call = self.calls[index]
+        signal, unlink = link(self.batch.signal, call.signal or CancelSignal.never())
+        state = begin(self.registry, call, self.scopes[index], signal)
+        slot = self.slots[index] = _Slot(index, state, unlink)
+        self.started = index + 1
+        if state.phase == READY and not decide_now(self.registry, state):
+            await decide(self.registry, state)
+        if state.phase != READY:
+            slot.settled = True  # denied, failed or never started: it takes no pool slot
+            return
+        resolve(self.registry, state)  # stage 8's lookup, before any later commit
+        self.dispatching += 1
+        slot.task = asyncio.get_running_loop().create_task(self._dispatch(slot))
+
+    async def _dispatch(self, slot: _Slot) -> None:
+        try:
+            await run_dispatch(self.registry, slot.state)
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError) and self.failure is None:
+                self.failure = exc
+            raise
+        finally:
+            slot.settled = True
+            self.dispatching -= 1  # the pool slot is free at once
+            self.wake.set()
+
+    async def _settlement(self) -> None:
+        """Wait until a dispatch settles or the batch is cancelled."""
+        if self.failure is None:
+            self.wake.clear()
+            await self.wake.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _commit(self, slot: _Slot) -> Committed:
+        if self.failure is not None:
+            raise self.failure
+        result = commit_now(self.registry, slot.state)
+        if result is None:
+            result = await commit(self.registry, slot.state)
+        slot.unlink()
+        del self.slots[slot.index]
+        self.cursor = slot.index + 1
+        info = result.error
+        started = info is None or info.code != "ABORTED_BEFORE_DISPATCH"
+        return Committed(slot.index, self.calls[slot.index], result, started)
+
+    async def _stop_in_flight(self, *, cancel_tasks: bool) -> None:
+        """Wait for every started body to finish, cancelling the tasks if asked."""
+        tasks = [slot.task for slot in self.slots.values()
+                 if slot.task is not None and not slot.task.done()]
+        if cancel_tasks:
+            for task in tasks:
+                task.cancel()
+        cancelled = False
+        while tasks:
+            try:
+                await asyncio.wait(tasks)
+            except asyncio.CancelledError:
+                cancelled = True
+                for task in tasks:
+                    task.cancel()
+            tasks = [task for task in tasks if not task.done()]
+        for slot in self.slots.values():
+            slot.unlink()
+            if slot.task is not None and not slot.task.cancelled():
+                slot.task.exception()  # retrieved: the first failure is raised instead
+        if cancelled:
+            raise asyncio.CancelledError
