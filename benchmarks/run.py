@@ -17,7 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_pipeline  # noqa: E402
+from benchmarks import bench_pipeline, bench_scheduler, bench_typed  # noqa: E402
+
+SUITES = (("pipeline", bench_pipeline), ("typed tools", bench_typed),
+          ("scheduler", bench_scheduler))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,12 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"toolrail benchmarks — Python {platform.python_version()} on {platform.machine()}"
           f"{' (quick mode: figures are not meaningful)' if args.quick else ''}\n")
-    figures = asyncio.run(bench_pipeline.main(args.quick))
-    print("pipeline")
-    for figure in figures:
-        print("  " + figure.row())
-    print("\nbars")
-    for line in bench_pipeline.bars(figures):
+    bars: list[str] = []
+    for title, suite in SUITES:
+        figures = asyncio.run(suite.main(args.quick))
+        print(title)
+        for figure in figures:
+            print("  " + figure.row())
+        bars += suite.bars(figures)
+    print("\nbars (ratios measured in this run)")
+    for line in bars:
         print("  " + line)
     return 0
 

@@ -56,7 +56,9 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     interrupt = None if caller is _NEVER else Interrupt(caller)
     state.invoked = True
     try:
-        out = await entry.tool.execute(execution._arguments, context)
+        out = await entry.start(execution._arguments, context)
+        if entry.finish is not None:
+            out = entry.finish(execution._name, out)
     except asyncio.CancelledError as exc:
         fired = interrupt is not None and interrupt.disarm()
         if external_cancel():

@@ -28,17 +28,26 @@ class CheckedBody:
     """Base of bodies that check their own value against ``output_schema`` (typed tools).
 
     The registry then skips its JSON Schema check, unless the tool's ``output_schema``
-    was replaced after the body was built.
+    was replaced after the body was built. An async checked body also comes in two
+    halves, so the hot path awaits the user's coroutine directly: ``start(arguments,
+    context)`` validates and returns it, ``finish(name, value)`` converts its value.
+    Calling the body itself does both.
     """
 
     __slots__ = ()
     output_schema: Any = None
 
+    def start(self, arguments: Any, context: Any) -> Any:
+        raise NotImplementedError
+
+    def finish(self, name: str, value: Any) -> Any:
+        raise NotImplementedError
+
 
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("check_output", "fast", "kind", "schema", "tool")
+    __slots__ = ("check_output", "fast", "finish", "kind", "schema", "start", "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
                  kind: BodyKind) -> None:
@@ -48,6 +57,10 @@ class Entry:
         self.kind = kind
         # An async interrupt body without a timeout can be awaited with nothing watching.
         self.fast = kind == "async" and tool.timeout is None and tool.cancellation == "interrupt"
+        body: Any = tool.execute
+        halves = kind == "async" and isinstance(body, CheckedBody)
+        self.start: Callable[..., Any] = body.start if halves else body
+        self.finish: Callable[[str, Any], Any] | None = body.finish if halves else None
 
     @classmethod
     def build(cls, tool: Tool) -> Entry:

@@ -119,7 +119,10 @@ async def execute(
             await decide(registry, state)
         if state.phase == READY:
             resolve(registry, state)
-            await run_dispatch(registry, state)
+            if registry._chains.for_call(Stage.AROUND, state.execution._scope):
+                await run_dispatch(registry, state)
+            else:
+                _dispatched(state, await core(state, state.entry))
     result = commit_now(registry, state)
     return result if result is not None else await commit(registry, state)
 

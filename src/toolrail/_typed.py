@@ -189,8 +189,10 @@ class _Signature:
             if self.strict:
                 validated = self.validator.validate_json(json.dumps(arguments), strict=True,
                                                          extra=self.extra)
-            else:
+            elif self._nested_extra is None:
                 # A plain dict of the top level takes pydantic-core's fastest path.
+                validated = self.validator.validate_python(dict(arguments))
+            else:
                 validated = self.validator.validate_python(dict(arguments),
                                                            extra=self._nested_extra)
             return validated  # type: ignore[no-any-return]
@@ -250,8 +252,13 @@ class _AsyncBody(TypedBody):
     __slots__ = ()
 
     async def __call__(self, arguments: JsonValue, context: RunContext) -> Any:
-        value = await self._call(**self._kwargs(arguments, context))
-        return self._spec.canonical(context.name, value)
+        return self.finish(context.name, await self.start(arguments, context))
+
+    def start(self, arguments: JsonValue, context: RunContext) -> Any:
+        return self._call(**self._kwargs(arguments, context))
+
+    def finish(self, name: str, value: Any) -> Any:
+        return self._spec.canonical(name, value)
 
 
 class _SyncBody(TypedBody):

@@ -1,0 +1,82 @@
+"""Typed tools: per-call cost against its floor, and decoration cost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict
+
+import toolrail as tr
+
+from ._timing import Figure, ameasure
+
+ARGS = {"path": "/tmp/notes.txt", "offset": 3, "limit": 10}
+
+
+async def read(path: str, offset: int, limit: int) -> str:
+    """Read part of a file."""
+    return path
+
+
+class _Args(TypedDict):
+    path: str
+    offset: int
+    limit: int
+
+
+async def call_figures(number: int, repeat: int) -> list[Figure]:
+    adapter = TypeAdapter(_Args)
+    registry = tr.ToolRegistry()
+    registry.register(tr.tool(read))
+    call = tr.ToolCall(call_id="c1", name="read", arguments=ARGS)
+
+    async def floor() -> str:
+        return await read(**adapter.validate_python(tr.snapshot_json(ARGS)))
+
+    return [
+        await ameasure("floor: TypeAdapter.validate_python + snapshot + await fn(**args)",
+                       floor, number=number, repeat=repeat),
+        await ameasure("execute(): typed async tool, 3 scalar parameters",
+                       lambda: registry.execute(call), number=number, repeat=repeat),
+    ]
+
+
+def decoration_figure(count: int) -> Figure:
+    """Decorate ``count`` distinct 3-parameter functions and list their schemas."""
+    source = "\n".join(
+        f"def f{i}(a: int, b: str, c: float = 1.0) -> str:\n"
+        f"    '''Tool number {i}.\n\n    Args:\n        a: The a.\n        b: The b.\n    '''\n"
+        "    return b\n"
+        for i in range(count)
+    )
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # distinct function objects, as a real module would have
+    start = time.perf_counter()
+    registry = tr.ToolRegistry()
+    for i in range(count):
+        registry.register(tr.tool(namespace[f"f{i}"]))
+    registry.schemas()
+    ms = (time.perf_counter() - start) * 1e3
+    label = f"decorate {count} distinct functions + schemas() (ms, once)"
+    return Figure(label, ms, ms, ms)
+
+
+async def main(quick: bool) -> list[Figure]:
+    number, repeat = (200, 3) if quick else (20_000, 7)
+    figures = await call_figures(number, repeat)
+    figures.append(decoration_figure(100 if quick else 1000))
+    return figures
+
+
+def bars(figures: list[Figure]) -> list[str]:
+    by = {f.label: f.median_us for f in figures}
+    floor = by["floor: TypeAdapter.validate_python + snapshot + await fn(**args)"]
+    typed = by["execute(): typed async tool, 3 scalar parameters"]
+    decoration = next(f for f in figures if f.label.startswith("decorate"))
+    return [
+        f"typed execute() / its floor = {typed / floor:.2f}x (bar: at most 3x)",
+        f"{decoration.label.split(' (')[0]}: {decoration.median_us:.0f} ms "
+        "(bar: under 200 ms for 1000)",
+    ]
