@@ -69,9 +69,12 @@ class CancelSignal:
             return
         self.cancelled = True
         self.reason = reason
-        callbacks, self._callbacks = self._callbacks, None
+        callbacks, self._callbacks = self._callbacks or {}, None
         first: Exception | None = None
-        for fn in (callbacks or {}).values():
+        for key in list(callbacks):
+            fn = callbacks.pop(key, None)
+            if fn is None:
+                continue  # disposed by a callback that ran before it
             try:
                 fn()
             except Exception as exc:  # every callback runs; the first failure surfaces

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from ._json import JsonValue, snapshot_json
+from ._json import JsonValue, snapshot_json, thaw
 from ._tool import Tool, ToolSchema
 
 __all__ = ["CheckedBody", "Entry", "OutputCheck", "path_of"]
@@ -129,7 +129,7 @@ def compile_output_check(name: str, output_schema: Mapping[str, Any]) -> OutputC
         if not isinstance(frozen, Mapping):
             raise ValueError("not an object")
         base = validators.validator_for(frozen, default=validators.Draft202012Validator)
-        base.check_schema(frozen)
+        base.check_schema(thaw(frozen))
     except (ValueError, SchemaError) as exc:
         raise ValueError(f'tool "{name}" output_schema must be a valid JSON Schema: {exc}') from exc
     checker = base.TYPE_CHECKER.redefine(

@@ -143,10 +143,10 @@ class RunContext(Execution):
                 content: tuple[Content, ...] = (TextContent(message),)
             elif isinstance(message, TextContent | ImageContent):
                 content = (message,)
-            elif isinstance(message, list | tuple) and all(
+            elif isinstance(message, Sequence) and all(
                 isinstance(b, TextContent | ImageContent) for b in message
             ):
-                content = tuple(message)
+                content = tuple[Any, ...](message)
             else:
                 raise TypeError(
                     "defer_context() takes a ContextMessage, a str, a Content or a sequence "

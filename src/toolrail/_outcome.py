@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ._errors import ToolError
@@ -151,7 +152,7 @@ def frozen_blocks(blocks: Any) -> tuple[Content, ...]:
     if type(blocks) is tuple and all(type(b) is TextContent and type(b.text) is str
                                      for b in blocks):
         return blocks
-    if isinstance(blocks, str | bytes) or not isinstance(blocks, list | tuple):
+    if isinstance(blocks, str | bytes) or not isinstance(blocks, Sequence):
         raise ValueError(f"content must be a sequence of Content, got {type(blocks).__name__}")
     out: list[Content] = []
     for block in blocks:

@@ -230,9 +230,10 @@ async def _walk_pre(chain: tuple[Callable[..., Any], ...], execution: Execution)
         if type(out) not in _DECISIONS and inspect.isawaitable(out):
             out = await out
         kind = type(out)
-        if (kind is Allow or (kind is Deny and type(out.reason) is str)
-                or (kind is Ask and (out.reason is None or type(out.reason) is str))):
+        if kind is Allow or (kind is Ask and out.reason is None):
             return out
+        if (kind is Deny or kind is Ask) and isinstance(out.reason, str):
+            return out if type(out.reason) is str else kind(str.__str__(out.reason))
         raise Invalid(f"pre-execute middleware returned {safe_repr(out)}, not Allow, Deny or Ask")
 
     return await at(0)
@@ -287,17 +288,17 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
     raise Invalid(f"approver returned an invalid outcome: {safe_repr(outcome)}")
 
 
-def _run_guards(guards: tuple[Callable[[Execution], Any], ...], execution: Execution) -> str | None:
+def _run_guards(guards: tuple[Any, ...], execution: Execution) -> str | None:
     for guard in guards:
-        verdict = guard(execution)
+        verdict = guard.fn(execution)
         if verdict is None:
             continue
         if isinstance(verdict, str):
             return str.__str__(verdict)
         discard(verdict)
         raise Invalid(
-            f"guard {safe_repr(guard)} returned {safe_repr(verdict)}; a guard returns a reason "
-            "string to deny or None to abstain"
+            f"guard {safe_repr(guard.fn)} returned {safe_repr(verdict)}; a guard returns a "
+            "reason string to deny or None to abstain"
         )
     return None
 

@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 __all__ = ["Scope", "ToolRegistry"]
 
 Guard = Callable[["Execution"], "str | None"]
+
+
+class _GuardLink:
+    """One guard registration (its own identity, even when a guard is added twice)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Guard) -> None:
+        self.fn = fn
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
@@ -54,7 +63,7 @@ class _ScopeState:
     def __init__(self) -> None:
         self.tools: dict[str, Entry] = {}
         self.restrictions: tuple[_Restriction, ...] = ()
-        self.guards: tuple[Guard, ...] = ()
+        self.guards: tuple[_GuardLink, ...] = ()
         self.refs = 0
         self.version = 0
         self.schemas: tuple[int, int, list[ToolSchema]] | None = None
@@ -77,7 +86,7 @@ class ToolRegistry:
         self.approver = approver
         self.logger = logger if logger is not None else logging.getLogger("toolrail")
         self._tools: dict[str, Entry] = {}
-        self._guards: tuple[Guard, ...] = ()
+        self._guards: tuple[_GuardLink, ...] = ()
         self._scopes: dict[Hashable, _ScopeState] = {}
         self._chains = Chains()
         self._listeners: list[Callable[[], None]] = []
@@ -224,7 +233,7 @@ class ToolRegistry:
             return ExecutionMode.EXCLUSIVE
         return ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
 
-    def _guards_for(self, scope: Hashable | None) -> tuple[Guard, ...]:
+    def _guards_for(self, scope: Hashable | None) -> tuple[_GuardLink, ...]:
         if scope is None:
             return self._guards
         state = self._scopes.get(scope)
@@ -310,7 +319,7 @@ class ToolRegistry:
     def _add_guard(self, guard: Guard, key: Hashable | None) -> Disposer:
         if not callable(guard):
             raise TypeError(f"guard() takes a callable, got {type(guard).__name__}")
-        marker = _Listener(guard)  # distinct identity even when one guard is added twice
+        marker = _GuardLink(guard)
         if key is None:
             self._guards = (*self._guards, marker)
 
