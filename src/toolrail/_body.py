@@ -1,8 +1,14 @@
 """Stage 8's core: invoke a tool body once and turn whatever happens into a result.
 
-An async ``"interrupt"`` body is awaited in the calling task and interrupted by
-cancelling that task (``_interrupt``); a ``"cooperative"`` body runs in a child task
-that only its signal tells to stop; a sync body runs in a worker thread (or inline).
+The *body signal* (``RunContext.signal``) fires when the caller's signal, a signal
+installed by around-execute middleware, or the tool's timeout fires, or when the task
+running the call is cancelled. How the body is run decides what firing does:
+
+* an async ``"interrupt"`` body is awaited in the calling task through ``watched``,
+  which interrupts it (``CancelledError`` at its current await);
+* a ``"cooperative"`` body runs in a child task that only the signal tells to stop;
+* a sync body runs in a worker thread (or inline), which nothing can interrupt.
+
 Whatever the path, the registry waits for the body to finish before it returns.
 """
 
@@ -11,12 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._cancel import CancelController, CancelSignal
+from ._cancel import CancelSignal
 from ._execution import RunContext
-from ._interrupt import Interrupt, external_cancel, wait_out
 from ._json import snapshot_json
 from ._outcome import (
     Unrenderable,
@@ -30,6 +34,7 @@ from ._outcome import (
     render,
 )
 from ._results import ImageContent, TextContent, ToolOutput, ToolResult, make_result, make_text
+from ._watch import Watch, wait_out, watched
 
 if TYPE_CHECKING:
     from ._entry import Entry
@@ -48,145 +53,75 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     caller = state.caller
     if caller.cancelled:
         return aborted_before_dispatch()
-    if not entry.fast or execution._signal is not caller:
-        return await _watched_core(state, entry)
-    # The common path: an async interrupt body without timeout, whose body signal is
-    # the caller's own; it is awaited here and interrupted through this task.
-    context = RunContext(execution, caller)
-    interrupt = None if caller is _NEVER else Interrupt(caller)
-    state.invoked = True
-    try:
-        out = await entry.start(execution._arguments, context)
-        if entry.finish is not None:
-            out = entry.finish(execution._name, out)
-    except asyncio.CancelledError as exc:
-        fired = interrupt is not None and interrupt.disarm()
-        if external_cancel():
-            raise
-        if fired:
-            return aborted()
-        return error(message_of(exc), None, "CancelledError")  # the body's own doing
-    except Exception as exc:
-        if interrupt is not None and interrupt.disarm():
-            return aborted()
-        return from_exception(exc)
-    finally:
-        context._active = False
-        if context._deferred:
-            state.deferred.extend(context._deferred)
-    if interrupt is not None and interrupt.disarm():
-        return aborted()
-    return body_result(entry, out, context._concludes)
-
-
-async def _watched_core(state: CallState, entry: Entry) -> ToolResult:
-    """``core`` for a body whose signal can fire, or that must outlive cancellation."""
-    execution = state.execution
     tool = entry.tool
-    # A thread or cooperative body outlives a cancellation of this task, so it needs a
-    # signal of its own to be told; an interrupted body is told by CancelledError.
-    own = entry.kind == "thread" or tool.cancellation == "cooperative"
-    run = _BodyRun(state.caller, execution._signal, tool.timeout, own)
-    context = RunContext(execution, run.signal)
+    installed = execution._signal
+    sources = (caller,) if installed is caller else (caller, installed)
+    context = RunContext(execution)
+    watch = Watch(tuple(s for s in sources if s is not _NEVER), context._cancel_body,
+                  lambda: context._cancel_body("cancelled"))
+    timer = None
+    if tool.timeout is not None:
+        timer = asyncio.get_running_loop().call_later(tool.timeout, watch.fire, "timeout")
     state.invoked = True
     failure: ToolResult | None = None
     try:
-        out = await run.invoke(entry, context)
+        if entry.fast:
+            out = await watched(entry.start(execution._arguments, context), watch)
+            if entry.finish is not None:
+                out = entry.finish(execution._name, out)
+        else:
+            out = await _unwatched(entry, context, watch)
     except asyncio.CancelledError as exc:
-        run.finish()
-        if external_cancel():
-            run.cancel_body("cancelled")
+        if watch.external:
             raise
-        failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
+        if not watch.fired:
+            failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
-        run.finish()
         failure = from_exception(exc)
-    else:
-        run.finish()
     finally:
+        watch.stop()
+        if timer is not None:
+            timer.cancel()
         context._active = False
         if context._deferred:
             state.deferred.extend(context._deferred)
-    if run.timed_out:
+    if watch.external:
+        raise asyncio.CancelledError  # the body swallowed a cancellation of this task
+    if watch.fired and tool.timeout is not None and context._fired == "timeout":
         return error(f"tool call timed out after {tool.timeout:g}s", "TOOL_TIMEOUT",
                      "ToolTimeoutError")
-    if run.interrupted:
+    if watch.fired and entry.interrupts:
         return aborted()
     if failure is not None:
         return failure
     return body_result(entry, out, context._concludes)
 
 
-class _BodyRun:
-    """One body invocation: its signal, its timeout, and whether either ended it."""
-
-    __slots__ = ("_controller", "_disposers", "_interrupt", "_timer", "interrupted", "signal",
-                 "timed_out")
-
-    def __init__(self, caller: CancelSignal, installed: CancelSignal,
-                 timeout: float | None, own: bool) -> None:
-        self.timed_out = False
-        self.interrupted = False
-        self._interrupt: Interrupt | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._controller: CancelController | None = None
-        self._disposers: tuple[Any, ...] = ()
-        if timeout is None and installed is caller and not own:
-            self.signal = caller  # the body signal is the caller's: nothing to combine
-            return
-        controller = self._controller = CancelController()
-        self.signal = controller.signal
-        sources = (caller,) if installed is caller else (caller, installed)
-        self._disposers = tuple(
-            s.add_callback(_forward(s, controller)) for s in sources if s is not _NEVER
-        )
-        if timeout is not None:
-            self._timer = asyncio.get_running_loop().call_later(timeout, self._expire)
-
-    def _expire(self) -> None:
-        self.timed_out = True
-        self.cancel_body("timeout")
-
-    def cancel_body(self, reason: str) -> None:
-        """Fire the body signal (when it is the run's own, not the caller's)."""
-        if self._controller is not None:
-            self._controller.cancel(reason)
-
-    async def invoke(self, entry: Entry, context: RunContext) -> Any:
-        tool = entry.tool
-        if entry.kind == "thread":
-            loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(None, contextvars.copy_context().run, tool.execute,
-                                          context._arguments, context)
-            out = await wait_out(future, self._on_cancel)
-        else:
-            out = tool.execute(context._arguments, context)
-        if not inspect.isawaitable(out):
-            return out
-        if tool.cancellation == "cooperative":
-            return await wait_out(asyncio.ensure_future(out), self._on_cancel)
-        if self.signal is not _NEVER:
-            self._interrupt = Interrupt(self.signal)
-        return await out
-
-    def _on_cancel(self) -> None:
-        self.cancel_body("cancelled")
-
-    def finish(self) -> None:
-        """Stop watching the signal and the clock; record whether we interrupted."""
-        if self._interrupt is not None:
-            self.interrupted = self._interrupt.disarm()
-            self._interrupt = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        for dispose in self._disposers:
-            dispose()
-        self._disposers = ()
+async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:
+    """A body the signal cannot interrupt: a thread, an inline sync body, a cooperative one."""
+    tool = entry.tool
+    context.signal  # made now, on the loop: a worker thread must not create it  # noqa: B018
+    on_cancel = watch.on_external or (lambda: None)
+    if entry.kind == "thread":
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, contextvars.copy_context().run, tool.execute,
+                                      context._arguments, context)
+        out = await wait_out(future, _external(watch, on_cancel))
+    else:
+        out = tool.execute(context._arguments, context)
+    if not inspect.isawaitable(out):
+        return out
+    if tool.cancellation == "cooperative":
+        return await wait_out(asyncio.ensure_future(out), _external(watch, on_cancel))
+    return await watched(out, watch)  # an inline sync body that returned an awaitable
 
 
-def _forward(source: CancelSignal, target: CancelController) -> Callable[[], None]:
-    return lambda: target.cancel(source.reason or "cancelled")
+def _external(watch: Watch, on_cancel: Any) -> Any:
+    def note() -> None:
+        watch.external = True
+        on_cancel()
+
+    return note
 
 
 def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:

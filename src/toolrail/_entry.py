@@ -47,7 +47,8 @@ class CheckedBody:
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("check_output", "fast", "finish", "kind", "schema", "start", "tool")
+    __slots__ = ("check_output", "fast", "finish", "interrupts", "kind", "schema", "start",
+                 "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
                  kind: BodyKind) -> None:
@@ -56,7 +57,9 @@ class Entry:
         self.check_output = check_output
         self.kind = kind
         # An async interrupt body without a timeout can be awaited with nothing watching.
-        self.fast = kind == "async" and tool.timeout is None and tool.cancellation == "interrupt"
+        # An async interrupt body is awaited in the calling task, interruptibly.
+        self.interrupts = tool.cancellation == "interrupt"
+        self.fast = kind == "async" and self.interrupts
         body: Any = tool.execute
         halves = kind == "async" and isinstance(body, CheckedBody)
         self.start: Callable[..., Any] = body.start if halves else body

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from ._cancel import CancelSignal
+from ._cancel import CancelController, CancelSignal
 from ._json import JsonValue, snapshot_json
 from ._results import Content, ContextMessage, ImageContent, TextContent
 
@@ -109,20 +109,45 @@ class RunContext(Execution):
     invocation runs; they may be called from a worker thread.
     """
 
-    __slots__ = ("_active", "_concludes", "_deferred")
+    __slots__ = ("_active", "_concludes", "_controller", "_deferred", "_fired")
 
-    def __init__(self, execution: Execution, signal: CancelSignal) -> None:
+    def __init__(self, execution: Execution) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
         self._name = execution._name
         self._arguments = execution._arguments
         self._scope = execution._scope
         self._parent = execution._parent
-        self._signal = signal
         self._signal_writable = False
         self._active = True
         self._concludes = False
         self._deferred: list[ContextMessage] = []
+        # The body signal is made on first use: most bodies never look at it.
+        self._signal = None  # type: ignore[assignment]
+        self._controller: CancelController | None = None
+        self._fired: str | None = None
+
+    @property
+    def signal(self) -> CancelSignal:
+        """The body signal: fires on the caller's signal, a middleware's, the timeout, or
+        a cancellation of the task running the call."""
+        signal = self._signal
+        if signal is None:
+            controller = self._controller = CancelController()
+            signal = self._signal = controller.signal
+            if self._fired is not None:
+                controller.cancel(self._fired)
+        return signal
+
+    @signal.setter
+    def signal(self, value: CancelSignal) -> None:
+        raise AttributeError("RunContext.signal is read-only")
+
+    def _cancel_body(self, reason: str) -> None:
+        if self._fired is None:
+            self._fired = reason
+            if self._controller is not None:
+                self._controller.cancel(reason)
 
     def defer_context(
         self,

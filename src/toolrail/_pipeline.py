@@ -27,7 +27,6 @@ from ._chains import Stage
 from ._decisions import UNSET, Accept, Allow, ApprovalOutcome, ApprovalRequest, Ask, Block, Deny
 from ._errors import ToolOutputError
 from ._execution import Execution, ExecutionToken
-from ._interrupt import Interrupt, external_cancel
 from ._json import MISSING, snapshot_json
 from ._outcome import (
     Invalid,
@@ -46,6 +45,7 @@ from ._outcome import (
 )
 from ._results import ContextMessage, ErrorInfo, ImageContent, TextContent, ToolResult
 from ._tool import ToolCall
+from ._watch import Watch, watched
 
 if TYPE_CHECKING:
     from ._entry import Entry
@@ -258,21 +258,19 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
                               ask.reason, signal)
     outcome = approver(request)
     if inspect.isawaitable(outcome):
-        if signal is _NEVER:
-            outcome = await outcome
-        else:
-            interrupt = Interrupt(signal)
-            try:
-                outcome = await outcome
-            except BaseException as exc:
-                fired = interrupt.disarm()
-                if isinstance(exc, asyncio.CancelledError) and external_cancel():
-                    raise
-                if fired:
-                    return None
-                raise
-            if interrupt.disarm():
+        watch = Watch((signal,) if signal is not _NEVER else ())
+        try:
+            outcome = await watched(outcome, watch)
+        except BaseException:
+            if watch.fired and not watch.external:
                 return None
+            raise
+        finally:
+            watch.stop()
+        if watch.external:
+            raise asyncio.CancelledError  # the approver swallowed a cancellation of this task
+        if watch.fired:
+            return None
     try:
         answer = ApprovalOutcome(outcome) if isinstance(outcome, str) else None
     except ValueError:

@@ -1,0 +1,134 @@
+"""Awaiting a tool body (or an approver) in the calling task while watching signals.
+
+A task per call would cost more than the rest of the pipeline together, so an
+``"interrupt"`` body is awaited in the task that runs the call, through ``watched``: a
+small trampoline that passes every step of the body up to the task and back. That
+position lets it do two things asyncio alone does not:
+
+* **interrupt**: when a watched signal fires, it cancels the future the body is
+  waiting on (or throws ``CancelledError`` in at the body's next step), so the body
+  sees a cancellation without the task itself being cancelled;
+* **notice outside cancellation**: a ``CancelledError`` that the task delivers and that
+  the watch did not cause is someone cancelling the task; ``on_external`` runs *before*
+  the body sees it (so its signal has fired), and the pipeline re-raises afterwards,
+  even when the body swallowed it.
+
+``wait_out`` is the other way to await: for work that cannot be interrupted (a worker
+thread, a cooperative body in a child task), it waits to the end and then re-raises
+the cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar, cast
+
+from ._cancel import CancelSignal
+
+__all__ = ["Watch", "external_cancel", "wait_out", "watched"]
+
+T = TypeVar("T")
+
+
+class Watch:
+    """Fires when any of its signals does (or ``fire`` is called); see ``watched``."""
+
+    __slots__ = ("_disposers", "_on_fire", "delivered", "external", "fired", "on_external",
+                 "waiting")
+
+    def __init__(self, signals: tuple[CancelSignal, ...],
+                 on_fire: Callable[[str], None] | None = None,
+                 on_external: Callable[[], None] | None = None) -> None:
+        self.fired = False
+        self.delivered = False  # a CancelledError we caused has reached the awaited code
+        self.external = False
+        self.waiting: asyncio.Future[Any] | None = None
+        self._on_fire = on_fire
+        self.on_external = on_external
+        self._disposers = tuple(s.add_callback(self._relay(s)) for s in signals)
+
+    def _relay(self, signal: CancelSignal) -> Callable[[], None]:
+        return lambda: self.fire(signal.reason or "cancelled")
+
+    def fire(self, reason: str) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        if self._on_fire is not None:
+            self._on_fire(reason)
+        waiting = self.waiting
+        if waiting is not None and not self.delivered and waiting.cancel():
+            self.delivered = True  # the task wakes with CancelledError at the awaited point
+
+    def stop(self) -> None:
+        for dispose in self._disposers:
+            dispose()
+        self._disposers = ()
+        self.waiting = None
+
+
+@types.coroutine
+def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
+    """Await ``awaitable`` step by step in this task, interrupting it when ``watch`` fires."""
+    steps = awaitable.__await__()
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        if error is None and watch.fired and not watch.delivered:
+            watch.delivered = True
+            error = asyncio.CancelledError()
+        try:
+            yielded = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+        value = error = None
+        if isinstance(yielded, asyncio.Future):
+            if watch.fired and not watch.delivered and yielded.cancel():
+                watch.delivered = True
+            watch.waiting = yielded
+        try:
+            value = yield yielded
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and (not watch.fired or _cancelling()):
+                watch.external = True
+                if watch.on_external is not None:
+                    watch.on_external()
+            error = exc
+        finally:
+            watch.waiting = None
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def external_cancel() -> bool:
+    """Whether someone asked to cancel the current task."""
+    return _cancelling()
+
+
+async def wait_out(future: asyncio.Future[T], on_cancel: Callable[[], None]) -> T:
+    """Await ``future`` to the end even if this task is cancelled meanwhile.
+
+    On the first cancellation ``on_cancel()`` runs (to signal the work to stop); once
+    the future is done the cancellation is re-raised.
+    """
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait((future,))
+        except asyncio.CancelledError:
+            if not cancelled:
+                cancelled = True
+                on_cancel()
+    if cancelled:
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller's cancellation wins
+        raise asyncio.CancelledError
+    return future.result()
