@@ -303,6 +303,9 @@ def _describe(exc: Exception) -> str:
         return name
 
 
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
 def thaw(value: JsonValue) -> Any:
     """Return a fresh mutable deep copy: mappings become ``dict``, arrays ``list``.
 
@@ -313,6 +316,8 @@ def thaw(value: JsonValue) -> Any:
         >>> thaw(snapshot_json({"a": [1, {"b": None}]}))
         {'a': [1, {'b': None}]}
     """
+    if isinstance(value, dict) and all(type(v) in _FLAT for v in value.values()):
+        return dict(value)  # the common argument object: one level of scalars
     copy, items = _thaw_open(value)
     if items is None:
         return copy

@@ -64,7 +64,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
             raise TypeError(f"{spec.label}: a tool with a parameter named 'result' cannot have "
                             "present_result (it receives the result as keyword 'result')")
         body = (_AsyncBody if _is_async(func) else _SyncBody)(func, spec)
-        doc = parse_docstring(inspect.getdoc(func) if func.__doc__ else None)
+        doc = parse_docstring(getattr(func, "__doc__", None))
         return Tool(
             name=name if name is not None else func.__name__,
             description=description if description is not None else doc.description,
@@ -171,14 +171,14 @@ class _Signature:
             schema["additionalProperties"] = False
         if defs:
             schema["$defs"] = defs
-        return _tidy(schema, self.extra == "forbid")
+        return _tidy(schema, self.extra == "forbid", open_objects=self.extra == "ignore")
 
     def _generated_schema(self, descriptions: dict[str, str]) -> dict[str, Any]:
         schema = GenerateJsonSchema().generate(self._core_schema, mode="validation")
         for name, fragment in schema.get("properties", {}).items():
             if "description" not in fragment and descriptions.get(name):
                 fragment["description"] = descriptions[name]
-        return _tidy(schema, self.extra == "forbid")
+        return _tidy(schema, self.extra == "forbid", open_objects=self.extra == "ignore")
 
     def validate(self, arguments: JsonValue) -> dict[str, Any]:
         """Validated keyword arguments, or ``ToolArgsError`` with the spec's violations."""
@@ -190,14 +190,16 @@ class _Signature:
                 validated = self.validator.validate_json(json.dumps(arguments), strict=True,
                                                          extra=self.extra)
             elif self._nested_extra is None:
-                # A plain dict of the top level takes pydantic-core's fastest path.
-                validated = self.validator.validate_python(dict(arguments))
+                # Lax validation of plain JSON data (thawed, so ``Any`` values arrive as
+                # lists and dicts) is JSON-mode validation without printing and parsing.
+                validated = self.validator.validate_python(thaw(arguments))
             else:
-                validated = self.validator.validate_python(dict(arguments),
+                validated = self.validator.validate_python(thaw(arguments),
                                                            extra=self._nested_extra)
             return validated  # type: ignore[no-any-return]
         except ValidationError as exc:
-            violations = tuple(_violation(e, root="") for e in exc.errors())
+            violations = tuple(_violation(e, self._core_schema, root="")
+                               for e in exc.errors())
             raise ToolArgsError("invalid arguments: " + "; ".join(violations),
                                 violations=violations) from None
 
@@ -217,7 +219,8 @@ class _Signature:
         try:
             checked = adapter.validate_python(value, strict=self.strict)
         except ValidationError as exc:
-            reasons = "; ".join(_violation(e, root="$") for e in exc.errors())
+            reasons = "; ".join(_violation(e, adapter.core_schema, root="$")
+                                for e in exc.errors())
             raise ToolOutputError(f'tool "{name}" returned invalid output: {reasons}') from None
         try:
             return adapter.dump_python(checked, mode="json", by_alias=True)
@@ -426,8 +429,12 @@ def _json_default(default: Any, label: str, name: str) -> Any:
                         "representation") from exc
 
 
-def _tidy(schema: dict[str, Any], forbid: bool) -> dict[str, Any]:
-    """Drop ``title`` keys; with ``forbid``, close every level that lists properties."""
+def _tidy(schema: dict[str, Any], forbid: bool, *, open_objects: bool = False) -> dict[str, Any]:
+    """Drop ``title`` keys; with ``forbid``, close every level that lists properties.
+
+    With ``open_objects`` (``extra="ignore"``) every such level is left open instead,
+    whatever a model's own config says, since validation ignores unknown keys there.
+    """
     stack: list[Any] = [schema]
     while stack:
         node = stack.pop()
@@ -439,6 +446,8 @@ def _tidy(schema: dict[str, Any], forbid: bool) -> dict[str, Any]:
         node.pop("title", None)
         if forbid and "properties" in node:
             node["additionalProperties"] = False
+        elif open_objects and "properties" in node and node.get("additionalProperties") is False:
+            del node["additionalProperties"]
         for key, value in node.items():
             if key in ("properties", "$defs", "definitions", "patternProperties",
                        "dependentSchemas"):
@@ -463,17 +472,86 @@ def _has_models(schema: Any) -> bool:
     return False
 
 
-def _violation(error: Any, *, root: str) -> str:
-    loc = error.get("loc", ())
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else str(part)
+def _violation(error: Any, schema: Any, *, root: str) -> str:
+    """One violation in the spec's words, its path without pydantic's union-member tags."""
+    path = _path(error.get("loc", ()), schema)
     kind = error.get("type")
     if kind == "missing":
         return f'missing required property "{path or root}"'
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         return f'unexpected property "{path or root}"'
     return f'"{path or root or "arguments"}": {error.get("msg", "is invalid")}'
+
+
+def _path(loc: tuple[Any, ...], schema: Any) -> str:
+    """``a.b[0]`` from an error location, walking the core schema beside it.
+
+    pydantic puts the member's tag (``int``, ``list[int]``, a model's name) into the
+    location of an error inside a union; the walk knows where a union is, and skips it.
+    """
+    definitions: dict[str, Any] = {}
+    path = ""
+    parts = list(loc)
+    node = schema
+    while parts:
+        node = _unwrap(node, definitions)
+        kind = node.get("type") if isinstance(node, dict) else None
+        if kind in ("union", "tagged-union") and isinstance(parts[0], str):
+            node = _choice(node, parts.pop(0))
+            continue
+        part = parts.pop(0)
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        node = _child(node, part)
+    return path
+
+
+def _unwrap(node: Any, definitions: dict[str, Any]) -> Any:
+    while isinstance(node, dict):
+        kind = node.get("type")
+        if kind == "definitions":
+            for definition in node.get("definitions", ()):
+                definitions[definition.get("ref")] = definition
+            node = node.get("schema")
+        elif kind == "definition-ref":
+            node = definitions.get(str(node.get("schema_ref")))
+        elif kind in ("model", "dataclass", "nullable", "default", "function-after",
+                      "function-before", "function-wrap", "json-or-python"):
+            node = node.get("schema") or node.get("python_schema")
+        else:
+            return node
+    return node
+
+
+def _choice(node: dict[str, Any], tag: str) -> Any:
+    choices = node.get("choices", ())
+    if isinstance(choices, dict):
+        return choices.get(tag)
+    for choice in choices:
+        schema, label = choice if isinstance(choice, tuple) else (choice, None)
+        cls = schema.get("cls") if isinstance(schema, dict) else None
+        if tag in (label, getattr(cls, "__name__", None), schema.get("type")):
+            return schema
+    return None  # unknown member: the rest of the path is taken as it is
+
+
+def _child(node: Any, part: Any) -> Any:
+    if not isinstance(node, dict):
+        return None
+    kind = node.get("type")
+    if kind in ("typed-dict", "model-fields"):
+        field = node.get("fields", {}).get(part)
+        return field.get("schema") if field else None
+    if kind == "dataclass-args":
+        for field in node.get("fields", ()):
+            if field.get("name") == part:
+                return field.get("schema")
+        return None
+    if kind in ("list", "set", "frozenset", "generator"):
+        return node.get("items_schema")
+    if kind == "tuple":
+        items = node.get("items_schema", ())
+        return items[part] if isinstance(part, int) and part < len(items) else (
+            items[-1] if items else None)
+    if kind == "dict":
+        return node.get("values_schema")
+    return None
