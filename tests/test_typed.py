@@ -36,6 +36,12 @@ def tool_with(**options: Any) -> ToolDecorator:
     return decorator
 
 
+def function_of(tool: tr.Tool) -> Callable[..., Any]:
+    """The original function of a typed tool (always set by ``tr.tool``)."""
+    assert tool.function is not None
+    return tool.function
+
+
 def exactly(message: str) -> str:
     """A ``match=`` pattern that accepts exactly ``message``."""
     return f"^{re.escape(message)}\\Z"
@@ -586,8 +592,8 @@ def test_description_is_empty_without_a_docstring() -> None:
 
 
 def test_description_option_overrides_the_docstring() -> None:
-    assert tool_with(description="Sum a and b.")(add.function).description == "Sum a and b."
-    assert tool_with(description="")(add.function).description == ""
+    assert tool_with(description="Sum a and b.")(function_of(add)).description == "Sum a and b."
+    assert tool_with(description="")(function_of(add)).description == ""
 
 
 # ---- parameters schema --------------------------------------------------------------
@@ -1528,7 +1534,7 @@ async def test_finalize_content_of_a_typed_tool_changes_the_content() -> None:
     def finalize(execution: tr.Execution, result: tr.ToolResult) -> list[tr.Content]:
         return [tr.TextContent(f"final {result.text}")]
 
-    result = await run(tool_with(finalize_content=finalize)(add.function), {"a": 1, "b": 2})
+    result = await run(tool_with(finalize_content=finalize)(function_of(add)), {"a": 1, "b": 2})
 
     assert result.content == (tr.TextContent("final 3"),)
     assert result.value == 3

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _pipeline, _scheduler
 from ._cancel import CancelSignal
@@ -22,6 +22,7 @@ from ._entry import Entry
 from ._json import snapshot_json
 from ._scheduler import Batch, CallStream, bind_calls
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from ._typed import tool as make_tool
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -102,9 +103,15 @@ class ToolRegistry:
         """Register ``tool`` in the global layer; raises at once on any mistake."""
         return self._register(tool, None)
 
-    def tool(self, fn: Any = None, /, **options: Any) -> Any:
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(self, fn: None = None, /, **options: Any) -> Callable[[F], F]: ...
+
+    def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Decorator: ``register(tr.tool(fn, **options))``; returns ``fn`` unchanged."""
-        return _tool_decorator(self._register, None, fn, options)
+        return _tool_decorator(self.register, fn, options)
 
     def guard(self, guard: Guard) -> Disposer:
         """Add a monotonic guard for every call: it may only deny, by returning a reason."""
@@ -404,9 +411,15 @@ class Scope:
         """Register ``tool`` in this scope's layer (it shadows a global of the same name)."""
         return self._own(self._registry._register(tool, self.key))
 
-    def tool(self, fn: Any = None, /, **options: Any) -> Any:
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(self, fn: None = None, /, **options: Any) -> Callable[[F], F]: ...
+
+    def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Decorator: ``register(tr.tool(fn, **options))`` in this scope; returns ``fn``."""
-        return _tool_decorator(self.register, _SCOPE_HANDLE, fn, options)
+        return _tool_decorator(self.register, fn, options)
 
     def restrict(self, *, allow: Iterable[str] | None = None,
                  deny: Iterable[str] | None = None) -> Disposer:
@@ -537,8 +550,6 @@ class _Listener:
         return repr(self.fn)
 
 
-_SCOPE_HANDLE = object()
-
 
 def _remove_identity(items: list[Any], item: Any) -> None:
     for i, candidate in enumerate(items):
@@ -557,16 +568,10 @@ def _names(which: str, names: Iterable[str]) -> list[str]:
     return out
 
 
-def _tool_decorator(register: Callable[..., Disposer], scope: object, fn: Any,
-                    options: dict[str, Any]) -> Any:
-    from ._typed import tool as make_tool  # typed tools are built lazily (pydantic)
-
+def _tool_decorator(register: Callable[[Tool], Disposer], fn: F | None,
+                    options: dict[str, Any]) -> F | Callable[[F], F]:
     def decorate(func: F) -> F:
-        if scope is None:
-            register(make_tool(func, **options), None)
-        else:
-            register(make_tool(func, **options))
+        register(make_tool(func, **options))
         return func
 
     return decorate if fn is None else decorate(fn)
-

@@ -16,7 +16,7 @@ import json
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.json_schema import GenerateJsonSchema
@@ -34,7 +34,32 @@ from ._tool import Tool
 __all__ = ["TypedBody", "tool"]
 
 Extra = Literal["forbid", "ignore"]
+Decorator = Callable[[Callable[..., Any]], Tool]
 _CONTENT_TYPES = (ToolOutput, TextContent, ImageContent)
+
+
+@overload
+def tool(fn: Callable[..., Any], /, *, name: str | None = None,
+         description: str | None = None,
+         concurrency_safe: bool | Callable[..., bool] = False,
+         timeout: float | None = None, strict: bool = False, extra: Extra = "forbid",
+         inline: bool = False, cancellation: Literal["interrupt", "cooperative"] = "interrupt",
+         annotations: Mapping[str, Any] | None = None,
+         present_call: Callable[..., Any] | None = None,
+         present_result: Callable[..., Any] | None = None,
+         finalize_content: Callable[..., Any] | None = None) -> Tool: ...
+
+
+@overload
+def tool(fn: None = None, /, *, name: str | None = None,
+         description: str | None = None,
+         concurrency_safe: bool | Callable[..., bool] = False,
+         timeout: float | None = None, strict: bool = False, extra: Extra = "forbid",
+         inline: bool = False, cancellation: Literal["interrupt", "cooperative"] = "interrupt",
+         annotations: Mapping[str, Any] | None = None,
+         present_call: Callable[..., Any] | None = None,
+         present_result: Callable[..., Any] | None = None,
+         finalize_content: Callable[..., Any] | None = None) -> Decorator: ...
 
 
 def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
@@ -45,7 +70,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
          annotations: Mapping[str, Any] | None = None,
          present_call: Callable[..., Any] | None = None,
          present_result: Callable[..., Any] | None = None,
-         finalize_content: Callable[..., Any] | None = None) -> Any:
+         finalize_content: Callable[..., Any] | None = None) -> Tool | Decorator:
     """Build a ``Tool`` from a typed function; usable bare or with options.
 
     >>> @tool
