@@ -54,11 +54,13 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     if caller.cancelled:
         return aborted_before_dispatch()
     tool = entry.tool
-    installed = execution._signal
-    sources = (caller,) if installed is caller else (caller, installed)
     context = RunContext(execution)
-    watch = Watch(tuple(s for s in sources if s is not _NEVER), context._cancel_body,
-                  lambda: context._cancel_body("cancelled"))
+    watch = Watch(context)
+    if caller is not _NEVER:
+        watch.follow(caller)
+    installed = execution._signal
+    if installed is not caller and installed is not _NEVER:
+        watch.follow(installed)
     timer = None
     if tool.timeout is not None:
         timer = asyncio.get_running_loop().call_later(tool.timeout, watch.fire, "timeout")
@@ -101,27 +103,18 @@ async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:
     """A body the signal cannot interrupt: a thread, an inline sync body, a cooperative one."""
     tool = entry.tool
     context.signal  # made now, on the loop: a worker thread must not create it  # noqa: B018
-    on_cancel = watch.on_external or (lambda: None)
     if entry.kind == "thread":
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(None, contextvars.copy_context().run, tool.execute,
                                       context._arguments, context)
-        out = await wait_out(future, _external(watch, on_cancel))
+        out = await wait_out(future, watch.cancelled_from_outside)
     else:
         out = tool.execute(context._arguments, context)
     if not inspect.isawaitable(out):
         return out
     if tool.cancellation == "cooperative":
-        return await wait_out(asyncio.ensure_future(out), _external(watch, on_cancel))
+        return await wait_out(asyncio.ensure_future(out), watch.cancelled_from_outside)
     return await watched(out, watch)  # an inline sync body that returned an awaitable
-
-
-def _external(watch: Watch, on_cancel: Any) -> Any:
-    def note() -> None:
-        watch.external = True
-        on_cancel()
-
-    return note
 
 
 def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:

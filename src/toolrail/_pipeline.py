@@ -258,7 +258,9 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
                               ask.reason, signal)
     outcome = approver(request)
     if inspect.isawaitable(outcome):
-        watch = Watch((signal,) if signal is not _NEVER else ())
+        watch = Watch()
+        if signal is not _NEVER:
+            watch.follow(signal)
         try:
             outcome = await watched(outcome, watch)
         except BaseException:

@@ -134,8 +134,12 @@ class _Signature:
         self._core_schema = schema
         # The per-call ``extra`` reaches into nested models whatever their own config;
         # without nested models the validator's own setting already says it all.
-        self._nested_extra = extra if _has_models(schema) else None
+        self._nested_extra = extra if _has_schema(schema, _MODELS) else None
+        # Only an ``Any`` position hands the input object itself to the body; without
+        # one, a shallow copy of the frozen top level is enough for plain values.
+        self._copy: Callable[[Any], Any] = thaw if _has_schema(schema, {"any"}) else dict
         self.returns = returns
+        self._plain_return = returns if returns in (str, int, bool) else _NO_MATCH
         self.output: TypeAdapter[Any] | None = None
         self.output_schema: FrozenDict | None = None
         if returns is not _NO_ANNOTATION and not _is_content_annotation(returns):
@@ -217,9 +221,9 @@ class _Signature:
             elif self._nested_extra is None:
                 # Lax validation of plain JSON data (thawed, so ``Any`` values arrive as
                 # lists and dicts) is JSON-mode validation without printing and parsing.
-                validated = self.validator.validate_python(thaw(arguments))
+                validated = self.validator.validate_python(self._copy(arguments))
             else:
-                validated = self.validator.validate_python(thaw(arguments),
+                validated = self.validator.validate_python(self._copy(arguments),
                                                            extra=self._nested_extra)
             return validated  # type: ignore[no-any-return]
         except ValidationError as exc:
@@ -236,10 +240,10 @@ class _Signature:
 
     def canonical(self, name: str, value: Any) -> Any:
         """The return value validated against the annotation and dumped as JSON."""
+        if type(value) is self._plain_return:
+            return value  # a str, int or bool for that very annotation: nothing to convert
         adapter = self.output
         if adapter is None or isinstance(value, _CONTENT_TYPES) or _is_content_list(value):
-            return value
-        if type(value) is self.returns and self.returns in (str, int, bool):
             return value
         try:
             checked = adapter.validate_python(value, strict=self.strict)
@@ -353,6 +357,13 @@ def _binds(fn: Callable[..., Any], names: Mapping[str, Any]) -> bool:
 # ---- annotations and per-type schemas -----------------------------------------------
 
 _NO_ANNOTATION: Any = inspect.Parameter.empty
+
+
+class _NoMatch:
+    """A type no value has."""
+
+
+_NO_MATCH: Any = _NoMatch
 
 
 def _resolve(owner: Any, name: str, annotation: Any, where: str) -> Any:
@@ -483,13 +494,16 @@ def _tidy(schema: dict[str, Any], forbid: bool, *, open_objects: bool = False) -
     return schema
 
 
-def _has_models(schema: Any) -> bool:
+_MODELS = frozenset({"model", "dataclass", "typed-dict", "definitions", "definition-ref"})
+
+
+def _has_schema(schema: Any, kinds: set[str] | frozenset[str]) -> bool:
+    """Whether a core schema holds, below its root, a schema of one of ``kinds``."""
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if node.get("type") in ("model", "dataclass", "typed-dict", "definitions",
-                                    "definition-ref") and node is not schema:
+            if node.get("type") in kinds and node is not schema:
                 return True
             stack.extend(node.values())
         elif isinstance(node, list | tuple):

@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._cancel import CancelSignal
+
+if TYPE_CHECKING:
+    from ._execution import RunContext
 
 __all__ = ["Watch", "external_cancel", "wait_out", "watched"]
 
@@ -33,34 +36,41 @@ T = TypeVar("T")
 
 
 class Watch:
-    """Fires when any of its signals does (or ``fire`` is called); see ``watched``."""
+    """Fires when a followed signal does (or ``fire`` is called); see ``watched``.
 
-    __slots__ = ("_disposers", "_on_fire", "delivered", "external", "fired", "on_external",
-                 "waiting")
+    Firing, and a cancellation of the task from outside, also fire the body signal of
+    ``context`` (when there is one).
+    """
 
-    def __init__(self, signals: tuple[CancelSignal, ...],
-                 on_fire: Callable[[str], None] | None = None,
-                 on_external: Callable[[], None] | None = None) -> None:
+    __slots__ = ("_disposers", "context", "delivered", "external", "fired", "waiting")
+
+    def __init__(self, context: RunContext | None = None) -> None:
+        self.context = context
         self.fired = False
         self.delivered = False  # a CancelledError we caused has reached the awaited code
         self.external = False
         self.waiting: asyncio.Future[Any] | None = None
-        self._on_fire = on_fire
-        self.on_external = on_external
-        self._disposers = tuple(s.add_callback(self._relay(s)) for s in signals)
+        self._disposers: tuple[Callable[[], None], ...] = ()
 
-    def _relay(self, signal: CancelSignal) -> Callable[[], None]:
-        return lambda: self.fire(signal.reason or "cancelled")
+    def follow(self, signal: CancelSignal) -> None:
+        """Fire when ``signal`` fires (at once if it already has)."""
+        dispose = signal.add_callback(lambda: self.fire(signal.reason or "cancelled"))
+        self._disposers = (*self._disposers, dispose)
 
     def fire(self, reason: str) -> None:
         if self.fired:
             return
         self.fired = True
-        if self._on_fire is not None:
-            self._on_fire(reason)
+        if self.context is not None:
+            self.context._cancel_body(reason)
         waiting = self.waiting
         if waiting is not None and not self.delivered and waiting.cancel():
             self.delivered = True  # the task wakes with CancelledError at the awaited point
+
+    def cancelled_from_outside(self) -> None:
+        self.external = True
+        if self.context is not None:
+            self.context._cancel_body("cancelled")
 
     def stop(self) -> None:
         for dispose in self._disposers:
@@ -95,9 +105,7 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
             raise
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError) and (not watch.fired or _cancelling()):
-                watch.external = True
-                if watch.on_external is not None:
-                    watch.on_external()
+                watch.cancelled_from_outside()
             error = exc
         finally:
             watch.waiting = None
