@@ -39,18 +39,18 @@ class Watch:
     """Fires when a followed signal does (or ``fire`` is called); see ``watched``.
 
     Firing, and a cancellation of the task from outside, also fire the body signal of
-    ``context`` (when there is one).
+    ``context`` (when there is one). One is made per body invocation, so its state
+    starts as class attributes and only what changes is stored on the instance.
     """
 
-    __slots__ = ("_disposers", "context", "delivered", "external", "fired", "waiting")
+    fired = False
+    delivered = False  # a CancelledError we caused has reached the awaited code
+    external = False
+    waiting: asyncio.Future[Any] | None = None
+    _disposers: tuple[Callable[[], None], ...] = ()
 
     def __init__(self, context: RunContext | None = None) -> None:
         self.context = context
-        self.fired = False
-        self.delivered = False  # a CancelledError we caused has reached the awaited code
-        self.external = False
-        self.waiting: asyncio.Future[Any] | None = None
-        self._disposers: tuple[Callable[[], None], ...] = ()
 
     def follow(self, signal: CancelSignal) -> None:
         """Fire when ``signal`` fires (at once if it already has)."""
@@ -73,10 +73,10 @@ class Watch:
             self.context._cancel_body("cancelled")
 
     def stop(self) -> None:
-        for dispose in self._disposers:
-            dispose()
-        self._disposers = ()
-        self.waiting = None
+        if self._disposers:
+            for dispose in self._disposers:
+                dispose()
+            self._disposers = ()
 
 
 @types.coroutine
@@ -108,7 +108,8 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
                 watch.cancelled_from_outside()
             error = exc
         finally:
-            watch.waiting = None
+            if watch.waiting is not None:
+                watch.waiting = None
 
 
 def _cancelling() -> bool:
