@@ -163,16 +163,21 @@ def commit_now(registry: ToolRegistry, state: CallState) -> ToolResult | None:
 
 
 def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
-          signal: CancelSignal | None) -> CallState:
-    """Stages 1-3: read the call once, snapshot the arguments, check for cancellation."""
-    call_id, name, raw, parent = call.call_id, call.name, call.arguments, call.parent
+          signal: CancelSignal | None, snapshot: Any = None) -> CallState:
+    """Stages 1-3: read the call once, snapshot the arguments, check for cancellation.
+
+    ``snapshot`` is the arguments' snapshot when the scheduler took it to classify.
+    """
+    call_id, name, parent = call.call_id, call.name, call.parent
     if signal is None:
         signal = _NEVER
     entry = registry._resolve(name, scope)
-    try:
-        arguments: Any = snapshot_json(raw)
-    except ValueError:
-        arguments = MISSING
+    arguments: Any = snapshot
+    if arguments is None:
+        try:
+            arguments = snapshot_json(call.arguments)
+        except ValueError:
+            arguments = MISSING
     execution = Execution(ExecutionToken(), call_id, name, arguments, scope, parent, signal)
     state = CallState(execution, signal, None if entry is None else entry.tool.finalize_content)
     if arguments is MISSING:

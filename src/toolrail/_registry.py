@@ -223,22 +223,28 @@ class ToolRegistry:
         return entry
 
     def _mode(self, call: ToolCall, scope: Hashable | None) -> ExecutionMode:
+        return self._classify(call, scope)[0]
+
+    def _classify(self, call: ToolCall, scope: Hashable | None) -> tuple[ExecutionMode, Any]:
+        """The call's mode, and the argument snapshot taken for it (``None`` if none was)."""
+        arguments = None
         try:
             entry = self._resolve(call.name, scope)
             if entry is None:
-                return ExecutionMode.EXCLUSIVE
+                return ExecutionMode.EXCLUSIVE, None
             safe = entry.tool.concurrency_safe
             if safe is False:
-                return ExecutionMode.EXCLUSIVE
+                return ExecutionMode.EXCLUSIVE, None
             arguments = snapshot_json(call.arguments)
             if safe is True:
-                return ExecutionMode.PARALLEL
+                return ExecutionMode.PARALLEL, arguments
             if not callable(safe):
-                return ExecutionMode.EXCLUSIVE
+                return ExecutionMode.EXCLUSIVE, arguments
             verdict = safe(arguments)
         except Exception:
-            return ExecutionMode.EXCLUSIVE
-        return ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
+            return ExecutionMode.EXCLUSIVE, arguments
+        mode = ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
+        return mode, arguments
 
     def _guards_for(self, scope: Hashable | None) -> tuple[_GuardLink, ...]:
         if scope is None:

@@ -163,8 +163,10 @@ class _Driver:
         self.cursor = 0  # calls[:cursor] have committed
         self.dispatching = 0
         self.parallel = False  # the current group may grow
+        self.snapshot: object = None  # the arguments of call ``started``, as classified
         self.wake = asyncio.Event()
         self.failure: BaseException | None = None
+        self.cancelling = False  # the driver is cancelling its dispatch tasks
 
     async def committed(self) -> AsyncGenerator[Committed, None]:
         user = self.user_signal
@@ -224,13 +226,15 @@ class _Driver:
         return False
 
     def _mode(self, index: int) -> ExecutionMode:
-        return self.registry._mode(self.calls[index], self.scopes[index])
+        mode, self.snapshot = self.registry._classify(self.calls[index], self.scopes[index])
+        return mode
 
     async def _start(self, index: int) -> None:
         """Prepare call ``index`` in this task and, unless it ended there, dispatch it."""
         call = self.calls[index]
         signal, unlink = link(self.batch.signal, call.signal or CancelSignal.never())
-        state = begin(self.registry, call, self.scopes[index], signal)
+        snapshot, self.snapshot = self.snapshot, None
+        state = begin(self.registry, call, self.scopes[index], signal, snapshot)
         slot = self.slots[index] = _Slot(index, state, unlink)
         self.started = index + 1
         if state.phase == READY and not decide_now(self.registry, state):
@@ -246,7 +250,9 @@ class _Driver:
         try:
             await run_dispatch(self.registry, slot.state)
         except BaseException as exc:
-            if not isinstance(exc, asyncio.CancelledError) and self.failure is None:
+            # Anything but the cancellation the driver itself asked for is a failure of
+            # the scheduler (a CancelledError a middleware raised on its own included).
+            if not self.cancelling and self.failure is None:
                 self.failure = exc
             raise
         finally:
@@ -280,6 +286,7 @@ class _Driver:
         tasks = [slot.task for slot in self.slots.values()
                  if slot.task is not None and not slot.task.done()]
         if cancel_tasks:
+            self.cancelling = True
             for task in tasks:
                 task.cancel()
         cancelled = False
@@ -288,6 +295,7 @@ class _Driver:
                 await asyncio.wait(tasks)
             except asyncio.CancelledError:
                 cancelled = True
+                self.cancelling = True
                 for task in tasks:
                     task.cancel()
             tasks = [task for task in tasks if not task.done()]
