@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
@@ -598,6 +599,31 @@ async def test_the_stage_8_tool_lookup_happens_when_the_dispatch_starts() -> Non
     assert lab.registry.get("swap") is not None
 
 
+async def test_the_stage_8_tool_lookup_comes_before_any_later_commit() -> None:
+    lab = Lab()
+    lab.add()
+    old = lab.add("swap", gated=False, value="old")
+
+    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
+        if execution.call_id == "c1":
+            lab.release("c0")
+            await within(lab.finished["c0"].wait())  # c0 settles while c1 is prepared
+        return await call_next()
+
+    def swap(execution: tr.Execution, result: tr.ToolResult) -> None:
+        if execution.call_id == "c0":
+            old()
+            lab.add("swap", gated=False, value="new")
+
+    lab.registry.pre_execute(pre)
+    lab.registry.on_result(swap)
+
+    # c1 dispatches right after its prepare; c0's commit (which swaps the tool) follows.
+    batch = await within(lab.registry.run([call(0), call(1, "swap")]))
+
+    assert [r.value for r in batch.results] == ["c0", "old"]
+
+
 async def test_an_observers_registry_change_is_seen_by_the_next_start_in_the_group() -> None:
     lab = Lab()
     old = lab.add("swap", gated=False, value="old")
@@ -640,6 +666,23 @@ async def test_max_parallel_two_starts_two_of_four_calls_and_a_settled_dispatch_
     assert lab.peak == 2
     assert [r.value for r in batch.results] == ["c0", "c1", "c2", "c3"]
     assert lab.before("start c2", "commit c0")
+
+
+async def test_max_parallel_defaults_to_ten() -> None:
+    lab = Lab()
+    lab.add()
+    ids = [f"c{i}" for i in range(12)]
+    task = asyncio.create_task(lab.registry.run([call(i) for i in range(12)]))
+
+    await lab.wait_started(*ids[:10])
+    assert lab.starts() == ids[:10]
+    lab.release("c3")
+    await lab.wait_started("c10")
+    assert lab.starts() == ids[:11]
+    lab.release(*ids)
+    await within(task)
+
+    assert lab.peak == 10
 
 
 async def test_max_parallel_one_is_fully_serial() -> None:
@@ -1049,6 +1092,25 @@ async def test_committed_started_is_true_for_calls_denied_or_failed_in_prepare()
     assert items[0].result.error == tr.ErrorInfo("denied", "DENIED")
     assert_error(items[4].result, ABORTED_BEFORE, "ABORTED_BEFORE_DISPATCH", "ToolAbortedError")
     assert items[5].result.value == "c5"
+
+
+def test_batch_and_committed_are_frozen_slotted_values_with_the_spec_fields() -> None:
+    result = tr.ToolResult((tr.TextContent("ok"),))
+    batch = tr.Batch((result,), (), False, True)
+    item = tr.Committed(0, call(0), result, True)
+
+    assert [f.name for f in dataclasses.fields(tr.Batch)] == [
+        "results", "contexts", "cancelled", "concludes_turn",
+    ]  # fmt: skip
+    assert [f.name for f in dataclasses.fields(tr.Committed)] == [
+        "index", "call", "result", "started",
+    ]  # fmt: skip
+    assert hasattr(tr.Batch, "__slots__")
+    assert hasattr(tr.Committed, "__slots__")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.cancelled = True  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.started = False  # type: ignore[misc]
 
 
 async def test_stream_used_with_aclosing_and_async_for_yields_every_call() -> None:

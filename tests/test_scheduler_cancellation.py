@@ -987,3 +987,110 @@ async def test_an_empty_batch_with_an_already_cancelled_signal_reports_cancelled
     batch = await within(registry.run([], signal=controller.signal))
 
     assert batch == tr.Batch(results=(), contexts=(), cancelled=True, concludes_turn=False)
+
+
+async def test_cancelling_a_stream_consumer_waiting_for_an_item_stops_the_batch_like_run() -> None:
+    lab = Lab()
+    lab.release("c0")
+    stream = lab.registry.stream([call(0, "solo"), call(1), call(2, "polite"), call(3, "solo")])
+    before = asyncio.all_tasks()
+
+    first = await within(stream.__anext__())
+    consumer = asyncio.ensure_future(stream.__anext__())
+    await lab.wait_started("c1", "c2")
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(consumer)
+
+    assert first.result.value == "c0"
+    assert "interrupted c1" in lab.log
+    assert lab.signal_at_end == {"c0": False, "c1": True, "c2": True}
+    assert lab.commits() == ["c0"]  # no further result committed or notified
+    assert asyncio.all_tasks() == before
+    with pytest.raises(StopAsyncIteration):
+        await within(stream.__anext__())
+
+
+async def test_cancelling_the_run_task_during_an_async_post_execute_commits_nothing_more() -> None:
+    lab = Lab()
+    lab.release("c0")
+    posting = asyncio.Event()
+    post_cancelled: list[str] = []
+
+    async def post(
+        execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
+    ) -> tr.PostDecision:
+        if execution.call_id == "c0":
+            posting.set()
+            try:
+                await within(asyncio.Event().wait())
+            except asyncio.CancelledError:
+                post_cancelled.append(execution.call_id)
+                raise
+        return await call_next()
+
+    lab.registry.post_execute(post)
+    before = asyncio.all_tasks()
+    task = asyncio.create_task(lab.registry.run([call(0), call(1), call(2, "solo")]))
+
+    await lab.wait_started("c1")
+    await within(posting.wait())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task)
+
+    assert post_cancelled == ["c0"]
+    assert "interrupted c1" in lab.log
+    assert lab.notified == []
+    assert "start c2" not in lab.log
+    assert asyncio.all_tasks() == before
+
+
+async def test_a_batch_does_not_conclude_the_turn_when_the_concluding_call_was_aborted() -> None:
+    lab = Lab()
+    controller = tr.CancelController()
+
+    async def concluding(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        ctx.conclude_turn()
+        controller.cancel()
+        await within(ctx.signal.wait())
+        return "partial"
+
+    lab.registry.register(
+        tr.Tool(
+            name="concluding",
+            description="concludes, then is cancelled",
+            parameters={"type": "object"},
+            execute=concluding,
+            cancellation="cooperative",
+        )
+    )
+
+    batch = await within(lab.registry.run([call(0, "concluding")], signal=controller.signal))
+
+    assert_aborted(batch.results[0])
+    assert batch.concludes_turn is False
+    assert batch.cancelled is True
+
+
+async def test_a_scheduler_failure_while_a_stream_closes_is_raised_by_aclose() -> None:
+    lab = Lab()
+    lab.release("c0")
+    lab.registry.on_result(boom_on("c1"), prepend=True)
+    calls = [call(0), call(1), call(2, "polite"), call(3, "solo")]
+    before = asyncio.all_tasks()
+    stream = lab.registry.stream(calls)
+
+    first = await within(stream.__anext__())
+    await lab.wait_started("c1", "c2")
+    with pytest.raises(Boom):
+        await within(stream.aclose())
+
+    assert first.result.value == "c0"
+    assert lab.commits() == ["c0"]  # nothing further committed or notified
+    assert lab.finished["c2"].is_set()
+    assert lab.signal_at_end == {"c0": False, "c1": True, "c2": True}
+    assert "start c3" not in lab.log
+    assert asyncio.all_tasks() == before
+    with pytest.raises(StopAsyncIteration):
+        await within(stream.__anext__())
