@@ -51,6 +51,26 @@ class CancelSignal:
         callbacks[key] = fn
         return Disposer(lambda: callbacks.pop(key, None) and None)
 
+    def _subscribe(self, fn: Callable[[], None]) -> int:
+        """``add_callback`` without a Disposer, for the registry's per-call watches.
+
+        Returns the key for ``_unsubscribe``, or -1 when ``fn`` already ran.
+        """
+        callbacks = self._callbacks
+        if callbacks is None:
+            if self.cancelled:
+                fn()
+            return -1
+        key = self._next_id
+        self._next_id = key + 1
+        callbacks[key] = fn
+        return key
+
+    def _unsubscribe(self, key: int) -> None:
+        callbacks = self._callbacks
+        if callbacks is not None:
+            callbacks.pop(key, None)
+
     async def wait(self) -> None:
         """Return once the signal has fired."""
         if self.cancelled:

@@ -202,11 +202,19 @@ class _Driver:
         """Work until the next call commits; ``None`` once every call has."""
         total = len(self.calls)
         while self.cursor < total:
+            if self.failure is not None:
+                raise self.failure
             slot = self.slots.get(self.cursor)
             if slot is not None and slot.settled:
-                return await self._commit(slot)
+                result = commit_now(self.registry, slot.state)
+                if result is None:
+                    result = await commit(self.registry, slot.state)
+                return self._committed(slot, result)
             if self.started < total and self._may_start():
-                await self._start(self.started)
+                slot = self._prepare(self.started)
+                if slot.state.phase == READY and not decide_now(self.registry, slot.state):
+                    await decide(self.registry, slot.state)
+                self._dispatch_or_settle(slot)
             else:
                 await self._settlement()
         return None
@@ -229,16 +237,19 @@ class _Driver:
         mode, self.snapshot = self.registry._classify(self.calls[index], self.scopes[index])
         return mode
 
-    async def _start(self, index: int) -> None:
-        """Prepare call ``index`` in this task and, unless it ended there, dispatch it."""
+    def _prepare(self, index: int) -> _Slot:
+        """Start call ``index``: stages 1-3 (the caller then finishes prepare)."""
         call = self.calls[index]
         signal, unlink = link(self.batch.signal, call.signal or CancelSignal.never())
         snapshot, self.snapshot = self.snapshot, None
         state = begin(self.registry, call, self.scopes[index], signal, snapshot)
         slot = self.slots[index] = _Slot(index, state, unlink)
         self.started = index + 1
-        if state.phase == READY and not decide_now(self.registry, state):
-            await decide(self.registry, state)
+        return slot
+
+    def _dispatch_or_settle(self, slot: _Slot) -> None:
+        """After prepare: dispatch the call in a pool slot, unless prepare ended it."""
+        state = slot.state
         if state.phase != READY:
             slot.settled = True  # denied, failed or never started: it takes no pool slot
             return
@@ -268,12 +279,7 @@ class _Driver:
         if self.failure is not None:
             raise self.failure
 
-    async def _commit(self, slot: _Slot) -> Committed:
-        if self.failure is not None:
-            raise self.failure
-        result = commit_now(self.registry, slot.state)
-        if result is None:
-            result = await commit(self.registry, slot.state)
+    def _committed(self, slot: _Slot, result: ToolResult) -> Committed:
         slot.unlink()
         del self.slots[slot.index]
         self.cursor = slot.index + 1

@@ -47,15 +47,15 @@ class Watch:
     delivered = False  # a CancelledError we caused has reached the awaited code
     external = False
     waiting: asyncio.Future[Any] | None = None
-    _disposers: tuple[Callable[[], None], ...] = ()
+    _followed: tuple[tuple[CancelSignal, int], ...] = ()
 
     def __init__(self, context: RunContext | None = None) -> None:
         self.context = context
 
     def follow(self, signal: CancelSignal) -> None:
         """Fire when ``signal`` fires (at once if it already has)."""
-        dispose = signal.add_callback(lambda: self.fire(signal.reason or "cancelled"))
-        self._disposers = (*self._disposers, dispose)
+        key = signal._subscribe(lambda: self.fire(signal.reason or "cancelled"))
+        self._followed = (*self._followed, (signal, key))
 
     def fire(self, reason: str) -> None:
         if self.fired:
@@ -73,10 +73,10 @@ class Watch:
             self.context._cancel_body("cancelled")
 
     def stop(self) -> None:
-        if self._disposers:
-            for dispose in self._disposers:
-                dispose()
-            self._disposers = ()
+        if self._followed:
+            for signal, key in self._followed:
+                signal._unsubscribe(key)
+            self._followed = ()
 
 
 @types.coroutine
