@@ -29,7 +29,7 @@ def ensure_venv(extras: str) -> None:
         print(f"creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
-    stamp = VENV / f".installed-{extras or 'base'}"
+    stamp = VENV / f".installed-{extras.replace(',', '-') or 'base'}"
     if stamp.exists() and stamp.read_text() == digest:
         return
     print(f"installing toolrail[{extras}] into {VENV}", flush=True)
@@ -47,13 +47,13 @@ def run(*argv: str) -> int:
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
     if command == "demo":
-        ensure_venv("")
+        ensure_venv("cli")
         return run(str(BIN / "toolrail"), "demo", *rest)
     if command == "test":
-        ensure_venv("dev")
+        ensure_venv("dev,bench")
         return run(str(PY), "-m", "pytest", *rest)
     if command == "bench":
-        ensure_venv("dev")
+        ensure_venv("dev,bench")
         return run(str(PY), "benchmarks/run.py", *rest)
     print(__doc__)
     return 2
