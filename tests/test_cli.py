@@ -1,18 +1,52 @@
-"""The ``toolrail`` command."""
+"""The ``toolrail`` command: demo, list, call, serve — exit codes and messages."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from toolrail._cli import main
 
+TARGET_SOURCE = '''
+import toolrail as tr
+
+registry = tr.ToolRegistry()
+
+@registry.tool(concurrency_safe=True)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+@registry.tool
+def fail(reason: str) -> str:
+    """Always fails."""
+    raise tr.ToolError(reason, code="NOPE")
+
+scoped = registry.scope("agent")
+scoped.register(tr.Tool(name="secret", description="Only the agent sees it.",
+                        parameters={"type": "object"}, execute=lambda a, c: "42"))
+
+def build():
+    return registry
+
+not_a_registry = 3
+'''
+
 
 def _toolrail(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "toolrail", *args], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> str:
+    path = tmp_path / "tools.py"
+    path.write_text(TARGET_SOURCE)
+    return f"{path}:registry"
 
 
 def test_demo_runs_non_interactively_and_shows_every_stage() -> None:
@@ -20,21 +54,119 @@ def test_demo_runs_non_interactively_and_shows_every_stage() -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for expected in (
-        "-> [ok] toolrail keeps every result in model order.",
-        "-> [ok] [agent-1 sees a sandboxed copy]",
-        '-> [error UNKNOWN_TOOL] Error: unknown tool "delete_everything"',
-        "y (auto-approved)",
-        "-> [ok] wrote 19 characters to out.txt",
-        "-> [error DENIED] Error: reading outside the workspace is not allowed",
-        "-> [error BLOCKED] secrets are redacted",
-        "-> [error TOOL_TIMEOUT] Error: tool call timed out after 0.2s",
-        "-> [error ABORTED_BEFORE_DISPATCH] Error: tool call aborted before dispatch",
-        "-> [error INVALID_ARGS]",
+        "call_2 read_file: ok toolrail runs tool calls in model order",
+        "approve write_file {'path': 'summary.md', 'text': '3 notes, 2 todos'}?  y "
+        "(auto-approved)",
+        "call_4 write_file: ok wrote 16 characters to summary.md",
+        "call_7 read_file: DENIED Error: ../../etc/passwd is outside the workspace",
+        "call_8 fetch: TOOL_TIMEOUT Error: tool call timed out after 0.3s",
+        'call_9 read_file: INVALID_ARGS Error: invalid arguments: "arguments" must be an object',
+        "the user pressed stop",
+        "call_11 slow_count: ABORTED Error: tool call aborted",
+        "call_12 word_count: ABORTED_BEFORE_DISPATCH Error: tool call aborted before dispatch",
+        "model: The workspace is summarized in summary.md.",
+        "parallel speed-up",
+        "tool messages for the model │ 12",
     ):
         assert expected in out, expected
     assert done.stderr == ""
 
 
+def test_list_prints_a_table_of_the_global_tools(target: str) -> None:
+    done = _toolrail("list", target)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["add   parallel  Add two integers.",
+                                        "fail            Always fails."]
+
+
+def test_list_shows_what_a_scope_sees(target: str) -> None:
+    done = _toolrail("list", target, "--scope", "agent", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert [tool["name"] for tool in json.loads(done.stdout)] == ["add", "fail", "secret"]
+
+
+def test_list_in_mcp_format_uses_input_schema(target: str) -> None:
+    done = _toolrail("list", target, "--format", "mcp")
+    tools = json.loads(done.stdout)
+    assert tools[0]["name"] == "add"
+    assert tools[0]["inputSchema"]["required"] == ["a", "b"]
+
+
+def test_call_prints_the_result_and_exits_0(target: str) -> None:
+    done = _toolrail("call", target, "add", '{"a": 2, "b": 3}')
+    assert (done.returncode, done.stdout) == (0, "5\n")
+
+
+def test_call_with_json_prints_the_whole_result(target: str) -> None:
+    done = _toolrail("call", target, "add", '{"a": 2, "b": 3}', "--json")
+    assert json.loads(done.stdout)["value"] == 5
+
+
+def test_a_call_whose_result_is_an_error_exits_1(target: str) -> None:
+    done = _toolrail("call", target, "fail", '{"reason": "no"}')
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "Error: no\n")
+
+
+def test_invalid_arguments_are_the_tools_error_not_a_usage_error(target: str) -> None:
+    done = _toolrail("call", target, "add", '{"a": "x"}')
+    assert done.returncode == 1
+    assert done.stderr.startswith('Error: invalid arguments: "a": Input should be a valid integer')
+
+
+def test_an_unknown_tool_says_which_tools_exist(target: str) -> None:
+    done = _toolrail("call", target, "secret")
+    assert done.returncode == 2
+    assert done.stderr == "toolrail: unknown tool 'secret'; available: add, fail\n"
+
+
+def test_a_scope_sees_its_own_tool(target: str) -> None:
+    done = _toolrail("call", target, "secret", "--scope", "agent")
+    assert (done.returncode, done.stdout) == (0, "42\n")
+
+
+def test_arguments_that_are_not_json_say_what_to_pass(target: str) -> None:
+    done = _toolrail("call", target, "add", "{a: 1}")
+    assert done.returncode == 2
+    assert done.stderr.startswith("toolrail: the arguments are not valid JSON (")
+    assert "pass one JSON object, e.g. '{\"path\": \"notes.txt\"}'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("suffix", "message"),
+    [
+        ("", "has no ':attribute'"),
+        (":nothing", "has no attribute 'nothing'"),
+        (":not_a_registry", "is a int, not a ToolRegistry"),
+    ],
+)
+def test_a_bad_target_says_what_a_target_is(target: str, suffix: str, message: str) -> None:
+    path = target.rsplit(":", 1)[0]
+    done = _toolrail("list", path + suffix)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stderr.startswith("toolrail: TARGET ")
+
+
+def test_a_target_may_be_a_callable_returning_a_registry(target: str) -> None:
+    done = _toolrail("list", target.rsplit(":", 1)[0] + ":build")
+    assert done.returncode == 0
+    assert done.stdout.startswith("add")
+
+
+def test_a_missing_module_is_reported_with_the_import_error() -> None:
+    done = _toolrail("list", "no_such_module_here:registry")
+    assert done.returncode == 2
+    assert "importing 'no_such_module_here' failed: ModuleNotFoundError" in done.stderr
+
+
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
-    assert "demo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for command in ("demo", "list", "call", "serve"):
+        assert command in out
+
+
+def test_help_of_call_explains_the_arguments() -> None:
+    done = _toolrail("call", "--help")
+    assert done.returncode == 0
+    assert "the arguments as a JSON object" in done.stdout

@@ -1,37 +1,217 @@
-"""The ``toolrail`` command."""
+"""The ``toolrail`` command: ``demo``, ``list``, ``call`` and ``serve``.
+
+Exit codes: 0 success; 1 the call ran and its result is an error; 2 a usage error
+(bad TARGET, unknown tool or scope, arguments that are not JSON, a missing extra).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib
+import importlib.util
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._registry import ToolRegistry
+from ._tool import ToolCall, ToolSchema
 
 __all__ = ["main"]
+
+TARGET_HELP = ("module.path:attribute or path/to/file.py:attribute naming a ToolRegistry "
+               "(or a callable returning one)")
+FORMATS = ("table", "json", "openai", "anthropic", "gemini", "mcp")
+
+
+class UsageError(Exception):
+    """A mistake on the command line: printed as ``toolrail: <message>``, exit code 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolrail",
-        description="The tool layer for LLM agents: a scoped registry, one execute "
-        "pipeline, a parallel scheduler.",
+        description="The tool layer for LLM agents: a scoped registry, one execute pipeline, "
+                    "a parallel scheduler.",
+        epilog=f"TARGET is {TARGET_HELP}. Exit codes: 0 ok, 1 the call's result is an "
+               "error, 2 usage error.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
     demo = commands.add_parser(
-        "demo",
-        help="walk through the pipeline with real tools (no network, no API key)",
-        description="Register tools, then run calls that show each stage of the pipeline: "
-        "a scoped shadow, a denial, an approval, a guard, a post-execute block, a timeout.",
-    )
-    demo.add_argument("--yes", action="store_true", help="approve every approval request")
+        "demo", help="watch a scripted model drive real tools (no network, no API key)",
+        description="A scripted model drives several steps of tool calls through a real "
+                    "registry on a temporary workspace: parallel reads, a write behind an "
+                    "approval, a guard denial, a timeout and a cancelled batch, with a live "
+                    "timeline of what ran in parallel and when each result was committed.")
+    demo.add_argument("--yes", action="store_true",
+                      help="approve every approval request (the default when stdin is not "
+                           "a terminal)")
+
+    listing = commands.add_parser("list", help="print the tool schemas a scope sees",
+                                  description="Print the schemas of the tools a scope sees.")
+    listing.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    listing.add_argument("--scope", metavar="KEY", help="the scope to view (default: global)")
+    listing.add_argument("--format", choices=FORMATS, default="table",
+                         help="table (default), json, or a provider's tool format")
+
+    call = commands.add_parser("call", help="run one call through the full pipeline",
+                               description="Run one tool call through the full pipeline "
+                                           "and print its result.")
+    call.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    call.add_argument("name", metavar="NAME", help="the tool to call")
+    call.add_argument("arguments", metavar="JSON", nargs="?", default=None,
+                      help='the arguments as a JSON object, e.g. \'{"path": "a.txt"}\'')
+    call.add_argument("--scope", metavar="KEY", help="call the tool as this scope sees it")
+    call.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+    serve = commands.add_parser("serve", help="serve the registry's tools over MCP",
+                                description="Serve the tools a scope sees as an MCP server "
+                                            "(stdio by default).")
+    serve.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    serve.add_argument("--scope", metavar="KEY", help="serve the tools this scope sees")
+    serve.add_argument("--http", metavar="HOST:PORT",
+                       help="serve streamable HTTP on HOST:PORT instead of stdio")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``toolrail`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
-    if args.command == "demo":
-        from ._demo import run_demo
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            from ._demo import run_demo
 
-        return run_demo(auto_approve=args.yes or not sys.stdin.isatty())
-    _parser().print_help()
+            return run_demo(auto_approve=args.yes or not sys.stdin.isatty())
+        if args.command == "list":
+            return _list(load_target(args.target), args.scope, args.format)
+        if args.command == "call":
+            return _call(load_target(args.target), args.name, args.arguments, args.scope,
+                         args.json)
+        if args.command == "serve":
+            return _serve(load_target(args.target), args.scope, args.http)
+    except UsageError as exc:
+        print(f"toolrail: {exc}", file=sys.stderr)
+        return 2
+    parser.print_help()
     return 2
+
+
+def load_target(target: str) -> ToolRegistry:
+    """The registry ``TARGET`` names; ``UsageError`` saying what is wrong otherwise."""
+    where, sep, attribute = target.rpartition(":")
+    if not sep or not where or not attribute:
+        raise UsageError(f"TARGET {target!r} has no ':attribute'; TARGET is {TARGET_HELP}")
+    try:
+        if where.endswith(".py") or "/" in where or "\\" in where:
+            path = Path(where)
+            if not path.is_file():
+                raise UsageError(f"TARGET {target!r}: no such file {where!r}")
+            spec = importlib.util.spec_from_file_location(f"_toolrail_target_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise UsageError(f"TARGET {target!r}: cannot import {where!r}")
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, str(path.resolve().parent))
+            spec.loader.exec_module(module)
+        else:
+            sys.path.insert(0, ".")
+            module = importlib.import_module(where)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"TARGET {target!r}: importing {where!r} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    try:
+        value: Any = getattr(module, attribute)
+    except AttributeError:
+        raise UsageError(f"TARGET {target!r}: {where!r} has no attribute {attribute!r}") from None
+    if not isinstance(value, ToolRegistry) and callable(value):
+        try:
+            value = value()
+        except Exception as exc:
+            raise UsageError(f"TARGET {target!r}: calling {attribute!r} failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(value, ToolRegistry):
+        raise UsageError(f"TARGET {target!r} is a {type(value).__name__}, not a ToolRegistry; "
+                         f"TARGET is {TARGET_HELP}")
+    return value
+
+
+def _list(registry: ToolRegistry, scope: Hashable | None, form: str) -> int:
+    schemas = registry.schemas(scope)
+    if form == "table":
+        width = max((len(s.name) for s in schemas), default=4)
+        for schema in schemas:
+            tool = registry.get(schema.name, scope)
+            mode = "parallel" if tool is not None and tool.concurrency_safe is True else ""
+            summary = schema.description.split("\n", 1)[0]
+            print(f"{schema.name:<{width}}  {mode:<8}  {summary}".rstrip())
+        if not schemas:
+            print("(no tools)")
+        return 0
+    print(json.dumps(_formatted(registry, schemas, scope, form), indent=2, ensure_ascii=False))
+    return 0
+
+
+def _formatted(registry: ToolRegistry, schemas: list[ToolSchema], scope: Hashable | None,
+               form: str) -> Any:
+    if form == "json":
+        return [schema.to_dict() for schema in schemas]
+    if form == "mcp":
+        out = []
+        for schema in schemas:
+            tool = registry.get(schema.name, scope)
+            entry: dict[str, Any] = {"name": schema.name, "description": schema.description,
+                                     "inputSchema": schema.to_dict()["parameters"]}
+            if tool is not None and tool.annotations:
+                entry["annotations"] = dict(tool.annotations)
+            out.append(entry)
+        return out
+    module, function = {"openai": ("openai", "chat_tools"),
+                        "anthropic": ("anthropic", "tools"),
+                        "gemini": ("gemini", "function_declarations")}[form]
+    adapter: Callable[[list[ToolSchema]], Any] = getattr(
+        importlib.import_module(f"toolrail.adapters.{module}"), function)
+    return adapter(schemas)
+
+
+def _call(registry: ToolRegistry, name: str, raw: str | None, scope: Hashable | None,
+          as_json: bool) -> int:
+    if registry.get(name, scope) is None:
+        known = ", ".join(s.name for s in registry.schemas(scope)) or "(none)"
+        where = "" if scope is None else f" in scope {scope!r}"
+        raise UsageError(f"unknown tool {name!r}{where}; available: {known}")
+    arguments: Any = {}
+    if raw is not None and raw.strip():
+        try:
+            arguments = json.loads(raw)
+        except ValueError as exc:
+            raise UsageError(f"the arguments are not valid JSON ({exc}); pass one JSON object, "
+                             'e.g. \'{"path": "notes.txt"}\'') from None
+    call = ToolCall(call_id="cli-1", name=name, arguments=arguments, scope=scope)
+    result = asyncio.run(registry.execute(call))
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        stream = sys.stderr if result.is_error else sys.stdout
+        print(result.text, file=stream)
+    return 1 if result.is_error else 0
+
+
+def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None) -> int:
+    try:
+        toolrail_mcp: Any = importlib.import_module("toolrail.mcp")
+    except ImportError as exc:
+        raise UsageError(f"serve needs the mcp extra ({exc}): pip install 'toolrail[mcp]'") \
+            from exc
+    if http is None:
+        asyncio.run(toolrail_mcp.serve_stdio(registry, scope=scope))
+        return 0
+    host, sep, port = http.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--http {http!r} is not HOST:PORT, e.g. 127.0.0.1:8000")
+    asyncio.run(toolrail_mcp.serve_http(registry, host=host, port=int(port), scope=scope))
+    return 0

@@ -1,130 +1,335 @@
-"""``toolrail demo``: a scripted walk through the pipeline, printing every result."""
+"""``toolrail demo``: a scripted model drives real tools through a real registry.
+
+No network and no API key: the "model" replays OpenAI-format assistant messages. Each
+step's tool calls go through ``registry.run`` — parallel reads, a write behind an
+approval, a guard denial, a timeout, and a batch the user stops — while a live
+timeline shows which calls overlapped and when each result was committed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cancel import CancelController
-from ._decisions import Accept, ApprovalOutcome, ApprovalRequest, Ask, Block
-from ._errors import ToolArgsError
-from ._execution import Execution, RunContext
+from ._decisions import ApprovalOutcome, ApprovalRequest, Ask
+from ._execution import Execution
 from ._json import thaw
 from ._registry import ToolRegistry
 from ._results import ToolResult
-from ._tool import Tool, ToolCall
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
 
 __all__ = ["run_demo"]
 
-_OBJECT = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+BAR_WIDTH = 36
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# What the scripted model answers, step by step, in OpenAI Chat Completions format.
+SCRIPT: list[tuple[str, dict[str, Any]]] = [
+    ("Read the workspace (parallel-safe reads overlap)", {
+        "role": "assistant", "content": None, "tool_calls": [
+            _call("call_1", "list_files", "{}"),
+            _call("call_2", "read_file", '{"path": "notes.md"}'),
+            _call("call_3", "read_file", '{"path": "todo.md"}'),
+        ]}),
+    ("Write a summary (an exclusive write behind an approval)", {
+        "role": "assistant", "content": None, "tool_calls": [
+            _call("call_4", "write_file", '{"path": "summary.md", "text": "3 notes, 2 todos"}'),
+            _call("call_5", "word_count", '{"path": "summary.md"}'),
+            _call("call_6", "word_count", '{"path": "notes.md"}'),
+        ]}),
+    ("Reach outside (a guard denies; a hung fetch times out)", {
+        "role": "assistant", "content": None, "tool_calls": [
+            _call("call_7", "read_file", '{"path": "../../etc/passwd"}'),
+            _call("call_8", "fetch", '{"url": "https://example.invalid/slow"}'),
+            _call("call_9", "read_file", '{"path": "todo.md"'),
+        ]}),
+    ("Count everything, two at a time (the user presses stop mid-batch)", {
+        "role": "assistant", "content": None, "tool_calls": [
+            _call("call_10", "word_count", '{"path": "todo.md"}'),
+            _call("call_11", "slow_count", '{"path": "notes.md"}'),
+            _call("call_12", "word_count", '{"path": "summary.md"}'),
+        ]}),
+    ("Done", {"role": "assistant", "content": "The workspace is summarized in summary.md.",
+              "tool_calls": None}),
+]
+
+
+@dataclass
+class _Row:
+    index: int
+    call_id: str
+    name: str
+    started: float | None = None
+    settled: float | None = None
+    committed: float | None = None
+    outcome: str = ""
+
+
+@dataclass
+class _Step:
+    title: str
+    began: float
+    rows: list[_Row] = field(default_factory=list)
+    ended: float | None = None
+
+    def row(self, call_id: str) -> _Row | None:
+        return next((r for r in self.rows if r.call_id == call_id), None)
 
 
 def run_demo(*, auto_approve: bool) -> int:
-    """Run the walk-through; returns the exit code."""
+    """Run the demo; returns the exit code."""
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        print("toolrail demo needs the cli extra: pip install 'toolrail[cli]'", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="toolrail-demo-") as workspace:
-        return asyncio.run(_walk(Path(workspace), auto_approve))
+        return asyncio.run(_Demo(Path(workspace), auto_approve).run())
 
 
-async def _walk(root: Path, auto_approve: bool) -> int:
-    (root / "notes.txt").write_text("toolrail keeps every result in model order.")
+class _Demo:
+    def __init__(self, root: Path, auto_approve: bool) -> None:
+        from rich.console import Console
 
-    def approver(request: ApprovalRequest) -> ApprovalOutcome:
-        question = f"  approve {request.tool_name}({thaw(request.arguments)})? [y/N] "
-        if auto_approve:
-            print(question + "y (auto-approved)")
+        self.root = root
+        self.auto_approve = auto_approve
+        interactive = sys.stdout.isatty()
+        self.console: Console = Console(highlight=False, width=None if interactive else 110)
+        self.steps: list[_Step] = []
+        self.live: Live | None = None
+        self.stop_after_first: CancelController | None = None
+        self.registry = self._registry()
+
+    # ---- the tools and the policy ---------------------------------------------------
+
+    def _registry(self) -> ToolRegistry:
+        root = self.root
+        (root / "notes.md").write_text("toolrail runs tool calls in model order\n"
+                                       "parallel where safe\nexclusive where not\n")
+        (root / "todo.md").write_text("write the summary\ncheck the timeline\n")
+        registry = ToolRegistry(approver=self._approve)
+
+        def inside(path: str) -> Path:
+            target = (root / path).resolve()
+            if root.resolve() not in target.parents:
+                raise ValueError(f"{path} is outside the workspace")
+            return target
+
+        @registry.tool(concurrency_safe=True)
+        async def list_files() -> list[str]:
+            """List the files of the workspace."""
+            await asyncio.sleep(0.15)  # stands for I/O
+            return sorted(p.name for p in root.iterdir())
+
+        @registry.tool(concurrency_safe=True)
+        async def read_file(path: str) -> str:
+            """Read a text file of the workspace."""
+            await asyncio.sleep(0.25)
+            return inside(path).read_text()
+
+        @registry.tool(concurrency_safe=True)
+        async def word_count(path: str) -> int:
+            """Count the words of a file."""
+            await asyncio.sleep(0.2)
+            return len(inside(path).read_text().split())
+
+        @registry.tool(concurrency_safe=True)
+        async def slow_count(path: str) -> int:
+            """Count the words of a big file (slowly)."""
+            await asyncio.sleep(2)
+            return len(inside(path).read_text().split())
+
+        @registry.tool
+        async def write_file(path: str, text: str) -> str:
+            """Write a text file in the workspace (runs alone: it changes what others read)."""
+            await asyncio.sleep(0.1)
+            inside(path).write_text(text)
+            return f"wrote {len(text)} characters to {path}"
+
+        @registry.tool(timeout=0.3)
+        async def fetch(url: str) -> str:
+            """Fetch a URL (this one hangs; its 0.3 s timeout ends it)."""
+            await asyncio.sleep(30)
+            return "never"
+
+        def writes_ask(execution: Execution, call_next: Any) -> Any:
+            return Ask("writes change the workspace") if execution.name == "write_file" \
+                else call_next()
+
+        def stays_inside(execution: Execution) -> str | None:
+            arguments = execution.arguments
+            path = arguments.get("path") if isinstance(arguments, dict) else None
+            if isinstance(path, str) and ".." in Path(path).parts:
+                return f"{path} is outside the workspace"
+            return None
+
+        registry.pre_execute(writes_ask)
+        registry.guard(stays_inside)
+        registry.around_execute(self._time_dispatch)
+        registry.on_result(self._committed)
+        return registry
+
+    async def _approve(self, request: ApprovalRequest) -> ApprovalOutcome:
+        question = f"approve {request.tool_name} {thaw(request.arguments)}? [y/N] "
+        if self.auto_approve:
+            self._note(f"[yellow]?[/] {question}y [dim](auto-approved)[/]")
             return ApprovalOutcome.ALLOWED_ONCE
-        answer = input(question).strip().lower()
-        return ApprovalOutcome.ALLOWED_ONCE if answer in ("y", "yes") else ApprovalOutcome.REJECTED
+        live = self.live
+        if live is not None:
+            live.stop()
+        answer = await asyncio.to_thread(self.console.input, f"[yellow]?[/] {question}")
+        if live is not None:
+            live.start()
+        approved = answer.strip().lower() in ("y", "yes")
+        return ApprovalOutcome.ALLOWED_ONCE if approved else ApprovalOutcome.REJECTED
 
-    registry = ToolRegistry(approver=approver)
-    registry.register(_read_tool(root))
-    registry.register(_write_tool(root))
-    registry.register(Tool(name="sleep", description="Wait a while.", parameters={"type": "object"},
-                           execute=_sleep, timeout=0.2))
-    registry.register(Tool(name="env", description="Read an environment variable.",
-                           parameters={"type": "object"},
-                           execute=lambda args, ctx: "SECRET=hunter2"))
+    # ---- the timeline ---------------------------------------------------------------
 
-    def writes_need_approval(execution: Execution, call_next: Any) -> Any:
-        if execution.name == "write_file":
-            return Ask("writes change the workspace")
-        return call_next()
+    async def _time_dispatch(self, execution: Execution, call_next: Any) -> ToolResult:
+        row = self.steps[-1].row(execution.call_id)
+        if row is not None:
+            row.started = time.perf_counter()
+        try:
+            result: ToolResult = await call_next()
+        finally:
+            if row is not None:
+                row.settled = time.perf_counter()
+            self._refresh()
+        return result
 
-    registry.pre_execute(writes_need_approval)
-    registry.guard(lambda execution: "reading outside the workspace is not allowed"
-                   if execution.name == "read_file" and ".." in _path(execution.arguments)
-                   else None)
-    registry.post_execute(lambda execution, result, call_next: Block("secrets are redacted")
-                          if "SECRET" in result.text else Accept())
+    def _committed(self, execution: Execution, result: ToolResult) -> None:
+        row = self.steps[-1].row(execution.call_id)
+        if row is not None:
+            row.committed = time.perf_counter()
+            row.outcome = result.error.code or "error" if result.error else "ok"
+        controller = self.stop_after_first
+        if controller is not None:
+            self.stop_after_first = None
+            self._note("[red]■[/] the user pressed stop")
+            controller.cancel("the user pressed stop")
+        self._refresh()
 
-    agent = registry.scope("agent-1")
-    agent.register(Tool(name="read_file", description="Read a file (agent-1's read-only copy).",
-                        parameters=_OBJECT,
-                        execute=lambda args, ctx: "[agent-1 sees a sandboxed copy]"))
+    def _note(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.print(text)
+        else:
+            self.console.print(text)
 
-    controller = CancelController()
-    controller.cancel("the user pressed stop")
-    steps: list[tuple[str, Any, ToolCall]] = [
-        ("a global tool", registry, ToolCall(call_id="c1", name="read_file",
-                                              arguments={"path": "notes.txt"})),
-        ("a scoped tool shadows the global one", agent,
-         ToolCall(call_id="c2", name="read_file", arguments={"path": "notes.txt"})),
-        ("an unknown tool", registry, ToolCall(call_id="c3", name="delete_everything")),
-        ("a write asks the approver", registry,
-         ToolCall(call_id="c4", name="write_file",
-                  arguments={"path": "out.txt", "text": "written by the demo"})),
-        ("a guard denies", registry, ToolCall(call_id="c5", name="read_file",
-                                              arguments={"path": "../etc/passwd"})),
-        ("post-execute blocks a secret", registry, ToolCall(call_id="c6", name="env")),
-        ("a tool times out", registry, ToolCall(call_id="c7", name="sleep")),
-        ("a cancelled call never starts", registry,
-         ToolCall(call_id="c8", name="read_file", arguments={"path": "notes.txt"},
-                  signal=controller.signal)),
-        ("arguments the model garbled", registry,
-         ToolCall.from_json("c9", "read_file", '{"path": "notes.txt"')),
-    ]
-    print("toolrail demo: every call goes through one pipeline\n")
-    for title, target, call in steps:
-        print(f"- {title}: {call.name}({call.arguments!r})")
-        result = await target.execute(call)
-        _show(result)
-    print("\nThe registry never raised: every failure above is a result the model can read.")
-    sys.stdout.flush()
-    return 0
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._timeline(self.steps[-1]))
+
+    def _timeline(self, step: _Step) -> RenderableType:
+        from rich.table import Table
+
+        now = time.perf_counter()
+        end = step.ended or now
+        span = max(end - step.began, 0.5)
+        table = Table(title=step.title, title_justify="left", show_edge=False, pad_edge=False)
+        table.add_column("call")
+        table.add_column("tool")
+        table.add_column(f"dispatch ━  commit ●   (0 … {span:.2f} s)", no_wrap=True)
+        table.add_column("result")
+        for row in step.rows:
+            cells = [" "] * BAR_WIDTH
+
+            def at(moment: float) -> int:
+                return min(BAR_WIDTH - 1, int((moment - step.began) / span * BAR_WIDTH))
+
+            if row.started is not None:
+                for i in range(at(row.started), at(row.settled or now) + 1):
+                    cells[i] = "━"
+            if row.committed is not None:
+                cells[at(row.committed)] = "●"
+            style = "green" if row.outcome == "ok" else "red" if row.outcome else "dim"
+            table.add_row(row.call_id, row.name, "".join(cells),
+                          f"[{style}]{row.outcome or '…'}[/]")
+        return table
+
+    # ---- the agent loop -------------------------------------------------------------
+
+    async def run(self) -> int:
+        from rich.live import Live
+
+        from .adapters.openai import calls_from_chat, chat_messages
+
+        console = self.console
+        console.print("[bold]toolrail demo[/] — a scripted model drives real tools through "
+                      f"one registry (workspace: {self.root})\n")
+        began = time.perf_counter()
+        transcript: list[dict[str, Any]] = []
+        for title, message in SCRIPT:
+            calls = calls_from_chat(message)
+            if not calls:
+                console.print(f"[bold]model:[/] {message['content']}")
+                break
+            step = _Step(title, time.perf_counter(),
+                         [_Row(i, c.call_id, c.name) for i, c in enumerate(calls)])
+            self.steps.append(step)
+            controller = CancelController()
+            pool = 4
+            if title.startswith("Count everything"):
+                self.stop_after_first, pool = controller, 2
+            with Live(self._timeline(step), console=console, refresh_per_second=20,
+                      transient=False) as live:
+                self.live = live
+                batch = await self.registry.run(calls, max_parallel=pool,
+                                                signal=controller.signal)
+                step.ended = time.perf_counter()
+                live.update(self._timeline(step))
+            self.live = None
+            if not console.is_terminal:
+                console.print()  # a non-terminal Live leaves its last line open
+            transcript += chat_messages(calls, batch.results)
+            for call, result in zip(calls, batch.results, strict=True):
+                console.print(f"  {call.call_id} {call.name}: {_brief(result)}")
+            if batch.cancelled:
+                console.print("  [dim]the batch was cancelled: unstarted calls never ran[/]")
+            console.print()
+        self._summary(time.perf_counter() - began, len(transcript))
+        return 0
+
+    def _summary(self, wall: float, messages: int) -> None:
+        from rich.table import Table
+
+        rows = [row for step in self.steps for row in step.rows]
+        busy = sum((r.settled or 0) - (r.started or 0) for r in rows if r.started is not None)
+        stepping = sum((s.ended or 0) - s.began for s in self.steps)
+        outcomes: dict[str, int] = {}
+        for row in rows:
+            outcomes[row.outcome] = outcomes.get(row.outcome, 0) + 1
+        table = Table(title="summary", title_justify="left", show_header=False,
+                      show_edge=False, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("steps", str(len(self.steps)))
+        table.add_row("tool calls", str(len(rows)))
+        table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+        table.add_row("denials", str(outcomes.get("DENIED", 0)))
+        table.add_row("time in tool bodies", f"{busy:.2f} s")
+        table.add_row("time the steps took", f"{stepping:.2f} s")
+        table.add_row("parallel speed-up", f"{busy / stepping:.2f}x" if stepping else "-")
+        table.add_row("tool messages for the model", str(messages))
+        table.add_row("demo wall time", f"{wall:.2f} s")
+        self.console.print(table)
 
 
-def _show(result: ToolResult) -> None:
-    status = f"error {result.error.code}" if result.error is not None else "ok"
-    print(f"    -> [{status}] {result.text}")
-
-
-def _read_tool(root: Path) -> Tool:
-    def read(args: Any, ctx: RunContext) -> str:
-        return (root / _path(args)).read_text()
-
-    return Tool(name="read_file", description="Read a UTF-8 text file of the workspace.",
-                parameters=_OBJECT, execute=read, concurrency_safe=True)
-
-
-def _write_tool(root: Path) -> Tool:
-    def write(args: Any, ctx: RunContext) -> str:
-        target = root / _path(args)
-        target.write_text(args["text"])
-        return f"wrote {len(args['text'])} characters to {args['path']}"
-
-    return Tool(name="write_file", description="Write a text file in the workspace.",
-                parameters={"type": "object"}, execute=write)
-
-
-async def _sleep(args: Any, ctx: RunContext) -> str:
-    await asyncio.sleep(10)
-    return "woke up"
-
-
-def _path(arguments: Any) -> str:
-    if not isinstance(arguments, dict) or not isinstance(arguments.get("path"), str):
-        raise ToolArgsError('invalid arguments: "path" must be a string')
-    return str(arguments["path"])
+def _brief(result: ToolResult) -> str:
+    text = result.text.replace("\n", " ⏎ ")
+    if len(text) > 72:
+        text = text[:69] + "..."
+    code = f"[red]{result.error.code or 'error'}[/] " if result.error else "[green]ok[/] "
+    return code + text
