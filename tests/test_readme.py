@@ -25,3 +25,11 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     commands = [line for line in ci if line.strip() and not line.startswith(("#", "set ", "cd "))]
     assert commands == ["python3 scripts/dev.py test"]
+
+
+def test_every_document_the_readme_links_exists() -> None:
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\((docs/[^)]+)\)", readme)
+    assert links
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert missing == []
