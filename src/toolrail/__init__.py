@@ -34,7 +34,7 @@ from ._errors import (
 )
 from ._execution import Execution, ExecutionToken, RunContext
 from ._json import MISSING, FrozenDict, JsonValue, snapshot_json, thaw
-from ._registry import Scope, ToolRegistry
+from ._registry import ToolRegistry
 from ._results import (
     Content,
     ContextMessage,
@@ -45,6 +45,7 @@ from ._results import (
     ToolResult,
 )
 from ._scheduler import Batch, CallStream, Committed
+from ._scope import Scope
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 from ._typed import tool
 from ._types import AroundMiddleware, Guard, PostMiddleware, PreMiddleware, ResultObserver

@@ -1,9 +1,11 @@
 """The execute pipeline (pipeline.md), split where the scheduler needs it.
 
-``prepare`` runs stages 1-7 (snapshot, pre-execute, approval, guards), ``dispatch``
-stages 8-9 (around-execute and the body; see ``_body``) and ``commit`` stages 10-13
-(post-execute, materialize, finalize content, observers). ``execute`` is the three in
-a row; the scheduler overlaps only ``dispatch``.
+*Prepare* is stages 1-7 (``begin``, then ``decide``: snapshot, pre-execute, approval,
+guards), *dispatch* stages 8-9 (``resolve``, then ``run_dispatch``: around-execute and
+the body, see ``_body``) and *commit* stages 10-13 (``commit``: post-execute,
+materialize, finalize content, observers). ``execute`` is the three in a row; the
+scheduler overlaps only dispatch. ``decide_now`` and ``commit_now`` do their stages
+without an ``await`` when no middleware needs one.
 
 Failures become results here and nowhere else. Two kinds travel differently:
 *dispatch results* (unknown tool, body failure, timeout, abort) go on through around-
@@ -58,9 +60,7 @@ __all__ = [
     "commit_now",
     "decide",
     "decide_now",
-    "dispatch",
     "execute",
-    "prepare",
     "resolve",
     "run_dispatch",
 ]
@@ -125,15 +125,6 @@ async def execute(
                 _dispatched(state, await core(state, state.entry))
     result = commit_now(registry, state)
     return result if result is not None else await commit(registry, state)
-
-
-async def prepare(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
-                  signal: CancelSignal | None) -> CallState:
-    """Stages 1-7."""
-    state = begin(registry, call, scope, signal)
-    if state.phase == READY and not decide_now(registry, state):
-        await decide(registry, state)
-    return state
 
 
 def decide_now(registry: ToolRegistry, state: CallState) -> bool:
@@ -309,12 +300,6 @@ def _run_guards(guards: tuple[Any, ...], execution: Execution) -> str | None:
 
 
 # ---- stages 8-9 ---------------------------------------------------------------------
-
-
-async def dispatch(registry: ToolRegistry, state: CallState) -> None:
-    """Stages 8-9: resolve the tool, run around-execute middleware around the body."""
-    resolve(registry, state)
-    await run_dispatch(registry, state)
 
 
 def resolve(registry: ToolRegistry, state: CallState) -> None:

@@ -1,9 +1,10 @@
-"""``ToolRegistry`` and ``Scope``: the layers, the views, and every registration.
+"""``ToolRegistry``: the layers, the views, and every registration.
 
 One resolver serves every view: a scope sees its own layer first, then the global
 layer minus what its restrictions mask. ``get`` and ``execution_mode`` are O(1) in
 the number of tools and scopes; ``schemas`` is cached per scope and invalidated by a
-version counter. The execute pipeline itself lives in ``_pipeline``.
+version counter. ``Scope`` (``_scope``) is a handle on one scope's layer; the execute
+pipeline lives in ``_pipeline``, the scheduler in ``_scheduler``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from ._disposer import Disposer
 from ._entry import Entry
 from ._json import snapshot_json
 from ._scheduler import Batch, CallStream, bind_calls
+from ._scope import Scope, tool_decorator
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
-from ._typed import tool as make_tool
 
 if TYPE_CHECKING:
     from ._execution import Execution
     from ._results import ToolResult
 
-__all__ = ["Scope", "ToolRegistry"]
+__all__ = ["ToolRegistry"]
 
 Guard = Callable[["Execution"], "str | None"]
 
@@ -111,7 +112,7 @@ class ToolRegistry:
 
     def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Decorator: ``register(tr.tool(fn, **options))``; returns ``fn`` unchanged."""
-        return _tool_decorator(self.register, fn, options)
+        return tool_decorator(self.register, fn, options)
 
     def guard(self, guard: Guard) -> Disposer:
         """Add a monotonic guard for every call: it may only deny, by returning a reason."""
@@ -384,163 +385,6 @@ class ToolRegistry:
                 self.logger.warning("change listener failed during rollback: %s", exc)
 
 
-class Scope:
-    """A handle for one scope: registrations through it are owned by it and closed with it.
-
-    >>> registry = ToolRegistry()
-    >>> with registry.scope("agent-1") as scope:
-    ...     scope.schemas()
-    []
-    """
-
-    def __init__(self, registry: ToolRegistry, key: Hashable) -> None:
-        self._registry = registry
-        self.key = key
-        self._owned: dict[int, Disposer] = {}
-        self._next = 0
-
-    def __repr__(self) -> str:
-        return f"<Scope {self.key!r}>"
-
-    def _own(self, disposer: Disposer) -> Disposer:
-        owned, slot = self._owned, self._next
-        self._next += 1
-
-        def undo() -> None:
-            owned.pop(slot, None)
-            disposer()
-
-        handle = owned[slot] = Disposer(undo)
-        return handle
-
-    def register(self, tool: Tool) -> Disposer:
-        """Register ``tool`` in this scope's layer (it shadows a global of the same name)."""
-        return self._own(self._registry._register(tool, self.key))
-
-    @overload
-    def tool(self, fn: F, /) -> F: ...
-
-    @overload
-    def tool(self, fn: None = None, /, **options: Any) -> Callable[[F], F]: ...
-
-    def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
-        """Decorator: ``register(tr.tool(fn, **options))`` in this scope; returns ``fn``."""
-        return _tool_decorator(self.register, fn, options)
-
-    def restrict(self, *, allow: Iterable[str] | None = None,
-                 deny: Iterable[str] | None = None) -> Disposer:
-        """Mask global tools for this scope: ``allow`` keeps only, ``deny`` removes."""
-        return self._own(self._registry._restrict(self.key, allow, deny))
-
-    def guard(self, guard: Guard) -> Disposer:
-        """Add a guard for this scope's calls, run after every global guard."""
-        return self._own(self._registry._add_guard(guard, self.key))
-
-    def pre_execute(self, m: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
-        """Add pre-execute middleware for this scope's calls (every call with ``all_scopes``)."""
-        return self._add(Stage.PRE, m, prepend, all_scopes)
-
-    def around_execute(self, m: Any, *, prepend: bool = False,
-                       all_scopes: bool = False) -> Disposer:
-        """Add around-execute middleware for this scope's calls."""
-        return self._add(Stage.AROUND, m, prepend, all_scopes)
-
-    def post_execute(self, m: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
-        """Add post-execute middleware for this scope's calls."""
-        return self._add(Stage.POST, m, prepend, all_scopes)
-
-    def on_result(self, o: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
-        """Add a result observer for this scope's calls."""
-        return self._add(Stage.RESULT, o, prepend, all_scopes)
-
-    def on_change(self, listener: Callable[[], None]) -> Disposer:
-        """Call ``listener()`` after every registry change (not filtered by scope)."""
-        return self._own(self._registry.on_change(listener))
-
-    def _add(self, stage: Stage, fn: Any, prepend: bool, all_scopes: bool) -> Disposer:
-        registry = self._registry
-        if all_scopes:
-            return self._own(registry._chains.add(stage, fn, None, prepend))
-        state = registry._state(self.key)
-        state.refs += 1
-        try:
-            added = registry._chains.add(stage, fn, self.key, prepend)
-        except BaseException:
-            registry._release(self.key, state)
-            raise
-        key = self.key
-
-        def remove() -> None:
-            added()
-            registry._release(key, state)
-
-        return self._own(Disposer(remove))
-
-    # ---- views and execution bound to this scope ----------------------------------
-
-    def get(self, name: str) -> Tool | None:
-        """The tool this scope sees under ``name``."""
-        return self._registry.get(name, self.key)
-
-    def schemas(self) -> list[ToolSchema]:
-        """The schemas this scope sees, sorted by name."""
-        return self._registry.schemas(self.key)
-
-    def execution_mode(self, call: ToolCall) -> ExecutionMode:
-        """Classify ``call`` as this scope sees it; another scope's call is ``EXCLUSIVE``."""
-        if not isinstance(call, ToolCall):
-            return ExecutionMode.EXCLUSIVE
-        try:
-            if call.scope is not None and call.scope != self.key:
-                return ExecutionMode.EXCLUSIVE
-        except Exception:
-            return ExecutionMode.EXCLUSIVE
-        return self._registry._mode(call, self.key)
-
-    async def execute(self, call: ToolCall) -> ToolResult:
-        """Run ``call`` in this scope (``scope=None`` binds it here)."""
-        return await _pipeline.execute(self._registry, call, self._bind(call))
-
-    async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
-                  signal: CancelSignal | None = None) -> Batch:
-        """``registry.run`` for this scope's calls (``scope=None`` binds them here)."""
-        listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
-        return await _scheduler.run(self._registry, listed, scopes, max_parallel, signal)
-
-    def stream(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
-               signal: CancelSignal | None = None) -> CallStream:
-        """``registry.stream`` for this scope's calls."""
-        listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
-        return _scheduler.stream(self._registry, listed, scopes, max_parallel, signal)
-
-    def _bind(self, call: ToolCall) -> Hashable:
-        if not isinstance(call, ToolCall):
-            raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
-        if call.scope is not None and call.scope != self.key:
-            raise ValueError(
-                f"call {call.call_id!r} names scope {call.scope!r}, not this scope {self.key!r}"
-            )
-        return self.key
-
-    def close(self) -> None:
-        """Dispose everything registered through this handle, newest first; idempotent."""
-        first: Exception | None = None
-        while self._owned:
-            _, disposer = self._owned.popitem()
-            try:
-                disposer()
-            except Exception as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-
-    def __enter__(self) -> Scope:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class _Listener:
     """Wraps a callable so that each registration has its own identity."""
 
@@ -554,7 +398,6 @@ class _Listener:
 
     def __repr__(self) -> str:
         return repr(self.fn)
-
 
 
 def _remove_identity(items: list[Any], item: Any) -> None:
@@ -572,12 +415,3 @@ def _names(which: str, names: Iterable[str]) -> list[str]:
         if not isinstance(name, str):
             raise TypeError(f"restrict() {which} names must be str, got {type(name).__name__}")
     return out
-
-
-def _tool_decorator(register: Callable[[Tool], Disposer], fn: F | None,
-                    options: dict[str, Any]) -> F | Callable[[F], F]:
-    def decorate(func: F) -> F:
-        register(make_tool(func, **options))
-        return func
-
-    return decorate if fn is None else decorate(fn)
