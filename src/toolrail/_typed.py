@@ -29,6 +29,7 @@ from ._errors import ToolArgsError, ToolOutputError
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, snapshot_json, thaw
 from ._results import ImageContent, TextContent, ToolOutput, ToolResult
+from ._schemas import MODELS, has_schema, tidy, violation
 from ._tool import Tool
 
 __all__ = ["TypedBody", "tool"]
@@ -134,10 +135,10 @@ class _Signature:
         self._core_schema = schema
         # The per-call ``extra`` reaches into nested models whatever their own config;
         # without nested models the validator's own setting already says it all.
-        self._nested_extra = extra if _has_schema(schema, _MODELS) else None
+        self._nested_extra = extra if has_schema(schema, MODELS) else None
         # Only an ``Any`` position hands the input object itself to the body; without
         # one, a shallow copy of the frozen top level is enough for plain values.
-        self._copy: Callable[[Any], Any] = thaw if _has_schema(schema, {"any"}) else dict
+        self._copy: Callable[[Any], Any] = thaw if has_schema(schema, {"any"}) else dict
         self.returns = returns
         self._plain_return = returns if returns in (str, int, bool) else _NO_MATCH
         self.output: TypeAdapter[Any] | None = None
@@ -200,14 +201,14 @@ class _Signature:
             schema["additionalProperties"] = False
         if defs:
             schema["$defs"] = defs
-        return _tidy(schema, self.extra == "forbid", open_objects=self.extra == "ignore")
+        return tidy(schema, self.extra == "forbid", open_objects=self.extra == "ignore")
 
     def _generated_schema(self, descriptions: dict[str, str]) -> dict[str, Any]:
         schema = GenerateJsonSchema().generate(self._core_schema, mode="validation")
         for name, fragment in schema.get("properties", {}).items():
             if "description" not in fragment and descriptions.get(name):
                 fragment["description"] = descriptions[name]
-        return _tidy(schema, self.extra == "forbid", open_objects=self.extra == "ignore")
+        return tidy(schema, self.extra == "forbid", open_objects=self.extra == "ignore")
 
     def validate(self, arguments: JsonValue) -> dict[str, Any]:
         """Validated keyword arguments, or ``ToolArgsError`` with the spec's violations."""
@@ -227,7 +228,7 @@ class _Signature:
                                                            extra=self._nested_extra)
             return validated  # type: ignore[no-any-return]
         except ValidationError as exc:
-            violations = tuple(_violation(e, self._core_schema, root="")
+            violations = tuple(violation(e, self._core_schema, root="")
                                for e in exc.errors())
             raise ToolArgsError("invalid arguments: " + "; ".join(violations),
                                 violations=violations) from None
@@ -248,7 +249,7 @@ class _Signature:
         try:
             checked = adapter.validate_python(value, strict=self.strict)
         except ValidationError as exc:
-            reasons = "; ".join(_violation(e, adapter.core_schema, root="$")
+            reasons = "; ".join(violation(e, adapter.core_schema, root="$")
                                 for e in exc.errors())
             raise ToolOutputError(f'tool "{name}" returned invalid output: {reasons}') from None
         try:
@@ -441,7 +442,7 @@ def _parameter_schema(annotation: Any, label: str,
 @functools.lru_cache(maxsize=4096)
 def _cached_output_schema(annotation: Any) -> FrozenDict:
     schema = TypeAdapter(annotation).json_schema(mode="serialization")
-    frozen = snapshot_json(_tidy(schema, forbid=False))
+    frozen = snapshot_json(tidy(schema, forbid=False))
     assert isinstance(frozen, FrozenDict)
     return frozen  # frozen: safe to share between tools
 
@@ -463,134 +464,3 @@ def _json_default(default: Any, label: str, name: str) -> Any:
     except Exception as exc:
         raise TypeError(f"{label}: parameter {name!r}: the default {default!r} has no JSON "
                         "representation") from exc
-
-
-def _tidy(schema: dict[str, Any], forbid: bool, *, open_objects: bool = False) -> dict[str, Any]:
-    """Drop ``title`` keys; with ``forbid``, close every level that lists properties.
-
-    With ``open_objects`` (``extra="ignore"``) every such level is left open instead,
-    whatever a model's own config says, since validation ignores unknown keys there.
-    """
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        node.pop("title", None)
-        if forbid and "properties" in node:
-            node["additionalProperties"] = False
-        elif open_objects and "properties" in node and node.get("additionalProperties") is False:
-            del node["additionalProperties"]
-        for key, value in node.items():
-            if key in ("properties", "$defs", "definitions", "patternProperties",
-                       "dependentSchemas"):
-                if isinstance(value, dict):
-                    stack.extend(value.values())
-            elif key not in ("default", "examples", "const", "enum", "required"):
-                stack.append(value)
-    return schema
-
-
-_MODELS = frozenset({"model", "dataclass", "typed-dict", "definitions", "definition-ref"})
-
-
-def _has_schema(schema: Any, kinds: set[str] | frozenset[str]) -> bool:
-    """Whether a core schema holds, below its root, a schema of one of ``kinds``."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("type") in kinds and node is not schema:
-                return True
-            stack.extend(node.values())
-        elif isinstance(node, list | tuple):
-            stack.extend(node)
-    return False
-
-
-def _violation(error: Any, schema: Any, *, root: str) -> str:
-    """One violation in the spec's words, its path without pydantic's union-member tags."""
-    path = _path(error.get("loc", ()), schema)
-    kind = error.get("type")
-    if kind == "missing":
-        return f'missing required property "{path or root}"'
-    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
-        return f'unexpected property "{path or root}"'
-    return f'"{path or root or "arguments"}": {error.get("msg", "is invalid")}'
-
-
-def _path(loc: tuple[Any, ...], schema: Any) -> str:
-    """``a.b[0]`` from an error location, walking the core schema beside it.
-
-    pydantic puts the member's tag (``int``, ``list[int]``, a model's name) into the
-    location of an error inside a union; the walk knows where a union is, and skips it.
-    """
-    definitions: dict[str, Any] = {}
-    path = ""
-    parts = list(loc)
-    node = schema
-    while parts:
-        node = _unwrap(node, definitions)
-        kind = node.get("type") if isinstance(node, dict) else None
-        if kind in ("union", "tagged-union") and isinstance(parts[0], str):
-            node = _choice(node, parts.pop(0))
-            continue
-        part = parts.pop(0)
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        node = _child(node, part)
-    return path
-
-
-def _unwrap(node: Any, definitions: dict[str, Any]) -> Any:
-    while isinstance(node, dict):
-        kind = node.get("type")
-        if kind == "definitions":
-            for definition in node.get("definitions", ()):
-                definitions[definition.get("ref")] = definition
-            node = node.get("schema")
-        elif kind == "definition-ref":
-            node = definitions.get(str(node.get("schema_ref")))
-        elif kind in ("model", "dataclass", "nullable", "default", "function-after",
-                      "function-before", "function-wrap", "json-or-python"):
-            node = node.get("schema") or node.get("python_schema")
-        else:
-            return node
-    return node
-
-
-def _choice(node: dict[str, Any], tag: str) -> Any:
-    choices = node.get("choices", ())
-    if isinstance(choices, dict):
-        return choices.get(tag)
-    for choice in choices:
-        schema, label = choice if isinstance(choice, tuple) else (choice, None)
-        cls = schema.get("cls") if isinstance(schema, dict) else None
-        if tag in (label, getattr(cls, "__name__", None), schema.get("type")):
-            return schema
-    return None  # unknown member: the rest of the path is taken as it is
-
-
-def _child(node: Any, part: Any) -> Any:
-    if not isinstance(node, dict):
-        return None
-    kind = node.get("type")
-    if kind in ("typed-dict", "model-fields"):
-        field = node.get("fields", {}).get(part)
-        return field.get("schema") if field else None
-    if kind == "dataclass-args":
-        for field in node.get("fields", ()):
-            if field.get("name") == part:
-                return field.get("schema")
-        return None
-    if kind in ("list", "set", "frozenset", "generator"):
-        return node.get("items_schema")
-    if kind == "tuple":
-        items = node.get("items_schema", ())
-        return items[part] if isinstance(part, int) and part < len(items) else (
-            items[-1] if items else None)
-    if kind == "dict":
-        return node.get("values_schema")
-    return None
