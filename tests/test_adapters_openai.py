@@ -1,0 +1,943 @@
+"""toolrail.adapters.openai: Chat Completions and Responses, both directions.
+
+Spec: integrations.md, "Provider adapters". Wire shapes are checked against the real
+``openai`` SDK: its response models are built with ``model_validate``, its request
+``TypedDict``\\ s are compared key by key, and whole requests go through a real client
+whose transport is an ``httpx2.MockTransport`` (the SDK's HTTP client) (no network).
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_type_hints
+
+import httpx2
+import openai
+import pytest
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionToolParam,
+)
+from openai.types.chat.chat_completion_message_custom_tool_call import (
+    ChatCompletionMessageCustomToolCall,
+    Custom,
+)
+from openai.types.chat.chat_completion_message_function_tool_call import Function
+from openai.types.responses import FunctionToolParam, Response
+from openai.types.responses.response_input_item_param import FunctionCallOutput
+from openai.types.shared_params import FunctionDefinition
+
+import toolrail as tr
+from toolrail.adapters import openai as oa
+
+PNG = tr.ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
+SVG = tr.ImageContent(data="PHN2Zy8+", mime_type="image/svg+xml")
+
+
+def exactly(message: str) -> str:
+    """A ``match=`` pattern that accepts exactly ``message``."""
+    return f"^{re.escape(message)}\\Z"
+
+
+@dataclass
+class Point:
+    x: int
+    y: int = 0
+
+
+def registry() -> tr.ToolRegistry:
+    reg = tr.ToolRegistry()
+
+    @reg.tool(concurrency_safe=True)
+    def add(a: int, b: int = 5) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @reg.tool
+    def plot(points: list[Point], label: str | None = None, mode: Literal["x", "y"] = "x") -> str:
+        """Plot points."""
+        return f"{len(points)} points, {label}, {mode}"
+
+    return reg
+
+
+def schema(name: str, parameters: dict[str, Any], description: str = "A tool.") -> tr.ToolSchema:
+    return tr.ToolSchema(name, description, cast(tr.FrozenDict, tr.snapshot_json(parameters)))
+
+
+def strict(parameters: dict[str, Any]) -> Any:
+    [tool] = oa.chat_tools([schema("t", parameters)], strict=True)
+    return tool["function"]["parameters"]
+
+
+def typed_dict_keys(cls: type) -> set[str]:
+    return set(get_type_hints(cls))
+
+
+def chat_message(*tool_calls: tuple[str, str, str | None]) -> ChatCompletionMessage:
+    return ChatCompletionMessage(
+        role="assistant",
+        content=None,
+        tool_calls=[
+            ChatCompletionMessageFunctionToolCall(
+                id=call_id,
+                type="function",
+                function=Function.model_construct(name=name, arguments=arguments),
+            )
+            for call_id, name, arguments in tool_calls
+        ],
+    )
+
+
+def response(*items: dict[str, Any]) -> Response:
+    return Response.model_validate(
+        {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 0,
+            "model": "gpt-test",
+            "output": list(items),
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+    )
+
+
+def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+def client(handler: Handler) -> openai.OpenAI:
+    transport = httpx2.MockTransport(handler)
+    return openai.OpenAI(
+        api_key="test",
+        base_url="https://openai.test/v1",
+        http_client=httpx2.Client(transport=transport),
+        max_retries=0,
+    )
+
+
+# ---- Chat Completions: tools out ----------------------------------------------------
+
+
+def test_chat_tools_wraps_each_schema_as_a_function_tool() -> None:
+    [tool] = oa.chat_tools([schema("now", {"type": "object"}, "The time.")])
+
+    assert tool == {
+        "type": "function",
+        "function": {
+            "name": "now",
+            "description": "The time.",
+            "parameters": {"type": "object"},
+        },
+    }
+
+
+def test_chat_tools_takes_the_schemas_of_a_registry_in_order_as_plain_dicts() -> None:
+    tools = oa.chat_tools(registry().schemas())
+
+    assert [t["function"]["name"] for t in tools] == ["add", "plot"]
+    parameters = tools[0]["function"].get("parameters")
+    assert type(parameters) is dict
+    assert parameters["properties"] == {
+        "a": {"type": "integer"},
+        "b": {"type": "integer", "default": 5},
+    }
+    assert json.loads(json.dumps(tools)) == tools
+
+
+def test_chat_tools_accepts_dicts_of_the_tool_schema_shape() -> None:
+    as_dict = {"name": "now", "description": "The time.", "parameters": {"type": "object"}}
+
+    assert oa.chat_tools([as_dict]) == oa.chat_tools(
+        [schema("now", {"type": "object"}, "The time.")]
+    )
+
+
+def test_a_dict_schema_may_leave_out_description_and_parameters() -> None:
+    [tool] = oa.chat_tools([{"name": "ping"}])
+
+    assert tool["function"] == {
+        "name": "ping",
+        "description": "",
+        "parameters": {"type": "object", "properties": {}},
+    }
+
+
+def test_a_dict_schema_without_a_name_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match=exactly("a tool schema needs a str 'name', got None")):
+        oa.chat_tools([{"description": "nameless"}])
+
+
+def test_chat_tools_returns_fresh_dicts_that_leave_the_schema_untouched() -> None:
+    source = {"name": "now", "parameters": {"type": "object", "properties": {}}}
+    [tool] = oa.chat_tools([source])
+    tool["function"]["parameters"]["properties"]["x"] = {"type": "string"}  # type: ignore[index]
+
+    assert source == {"name": "now", "parameters": {"type": "object", "properties": {}}}
+
+
+def test_chat_tools_keys_are_those_of_the_sdk_tool_param() -> None:
+    [tool] = oa.chat_tools(registry().schemas()[:1], strict=True)
+
+    assert set(tool) <= typed_dict_keys(ChatCompletionToolParam)
+    assert set(tool["function"]) <= typed_dict_keys(FunctionDefinition)
+    assert ChatCompletionToolParam.__required_keys__ <= set(tool)
+
+
+# ---- Chat Completions: calls in -----------------------------------------------------
+
+
+def test_calls_from_chat_reads_function_tool_calls_in_order() -> None:
+    message = chat_message(("call_1", "add", '{"a": 1, "b": 2}'), ("call_2", "add", '{"a": 3}'))
+
+    assert oa.calls_from_chat(message) == [
+        tr.ToolCall(call_id="call_1", name="add", arguments={"a": 1, "b": 2}),
+        tr.ToolCall(call_id="call_2", name="add", arguments={"a": 3}),
+    ]
+
+
+def test_calls_from_chat_reads_a_plain_dict_message_the_same_way() -> None:
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+        ],
+    }
+
+    assert oa.calls_from_chat(message) == [tr.ToolCall(call_id="call_1", name="add")]
+
+
+def test_a_message_without_tool_calls_has_no_calls() -> None:
+    assert oa.calls_from_chat(ChatCompletionMessage(role="assistant", content="Hi.")) == []
+    assert oa.calls_from_chat({"role": "assistant", "content": "Hi."}) == []
+
+
+@pytest.mark.parametrize(("raw", "arguments"), [("", {}), (None, {}), ("[1]", [1])])
+def test_empty_argument_text_is_an_empty_object_and_json_is_parsed(
+    raw: str | None, arguments: Any
+) -> None:
+    [call] = oa.calls_from_chat(chat_message(("call_1", "add", raw)))
+
+    assert call.arguments == arguments
+
+
+@pytest.mark.parametrize("raw", ['{"a": 1', "NaN", '{"a": Infinity}', "add 1 and 2"])
+def test_argument_text_that_is_not_json_is_kept_as_the_raw_string(raw: str) -> None:
+    [call] = oa.calls_from_chat(chat_message(("call_1", "add", raw)))
+
+    assert call.arguments == raw
+
+
+async def test_a_call_with_arguments_that_are_not_json_executes_to_an_error_result() -> None:
+    [call] = oa.calls_from_chat(chat_message(("call_1", "add", '{"a": 1')))
+
+    result = await registry().execute(call)
+
+    assert result.is_error
+    assert result.error is not None
+    assert result.error.code == "INVALID_ARGS"
+    assert oa.chat_messages([call], [result]) == [
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": 'Error: invalid arguments: "arguments" must be an object',
+        }
+    ]
+
+
+async def test_a_call_with_empty_argument_text_runs_with_no_arguments() -> None:
+    reg = tr.ToolRegistry()
+
+    @reg.tool
+    def now() -> str:
+        """The time."""
+        return "noon"
+
+    [call] = oa.calls_from_chat(chat_message(("call_1", "now", "")))
+
+    assert (await reg.execute(call)).text == "noon"
+
+
+def test_custom_tool_calls_are_left_to_the_caller() -> None:
+    message = ChatCompletionMessage(
+        role="assistant",
+        tool_calls=[
+            ChatCompletionMessageCustomToolCall(
+                id="call_0", type="custom", custom=Custom(name="grammar", input="x")
+            ),
+            ChatCompletionMessageFunctionToolCall(
+                id="call_1", type="function", function=Function(name="add", arguments="{}")
+            ),
+        ],
+    )
+
+    assert [c.call_id for c in oa.calls_from_chat(message)] == ["call_1"]
+
+
+def test_calls_from_chat_binds_every_call_to_the_given_scope() -> None:
+    message = chat_message(("call_1", "add", "{}"), ("call_2", "add", "{}"))
+
+    assert {c.scope for c in oa.calls_from_chat(message, scope="agent-7")} == {"agent-7"}
+
+
+def test_calls_keep_arguments_that_a_compatible_server_sent_already_parsed() -> None:
+    message = {"tool_calls": [{"id": "c", "function": {"name": "add", "arguments": {"a": 1}}}]}
+
+    assert oa.calls_from_chat(message)[0].arguments == {"a": 1}
+
+
+# ---- Chat Completions: results out --------------------------------------------------
+
+
+def test_chat_messages_is_one_tool_message_per_call_in_order() -> None:
+    calls = [tr.ToolCall(call_id="c1", name="add"), tr.ToolCall(call_id="c2", name="add")]
+    results = [tr.ToolResult((tr.TextContent("3"),)), tr.ToolResult((tr.TextContent("7"),))]
+
+    assert oa.chat_messages(calls, results) == [
+        {"role": "tool", "tool_call_id": "c1", "content": "3"},
+        {"role": "tool", "tool_call_id": "c2", "content": "7"},
+    ]
+
+
+def test_chat_message_content_joins_the_blocks_and_writes_a_placeholder_per_image() -> None:
+    result = tr.ToolResult((tr.TextContent("chart:"), PNG, tr.TextContent("done")))
+
+    [message] = oa.chat_messages([tr.ToolCall(call_id="c1", name="plot")], [result])
+
+    assert message["content"] == "chart:\n[image content]\ndone"
+
+
+def test_an_empty_result_is_a_tool_message_with_empty_content() -> None:
+    [message] = oa.chat_messages([tr.ToolCall(call_id="c1", name="t")], [tr.ToolResult(())])
+
+    assert message == {"role": "tool", "tool_call_id": "c1", "content": ""}
+
+
+def test_an_error_result_is_its_error_text_for_openai_has_no_error_flag() -> None:
+    error = tr.ErrorInfo("boom", code="TOOL_ERROR")
+    result = tr.ToolResult((tr.TextContent("Error: boom"),), is_error=True, error=error)
+
+    [message] = oa.chat_messages([tr.ToolCall(call_id="c1", name="t")], [result])
+
+    assert message["content"] == "Error: boom"
+
+
+def test_an_error_result_that_shows_nothing_says_its_error_message() -> None:
+    error = tr.ErrorInfo("denied", code="DENIED")
+    result = tr.ToolResult((tr.TextContent(""),), is_error=True, error=error)
+
+    [message] = oa.chat_messages([tr.ToolCall(call_id="c1", name="t")], [result])
+
+    assert message["content"] == "Error: denied"
+
+
+def test_chat_messages_needs_exactly_one_result_per_call() -> None:
+    calls = [tr.ToolCall(call_id="c1", name="t"), tr.ToolCall(call_id="c2", name="t")]
+
+    with pytest.raises(
+        ValueError,
+        match=exactly("got 2 calls and 1 results; each call needs exactly one result"),
+    ):
+        oa.chat_messages(calls, [tr.ToolResult(())])
+
+
+def test_chat_messages_keys_are_those_of_the_sdk_tool_message_param() -> None:
+    [message] = oa.chat_messages([tr.ToolCall(call_id="c1", name="t")], [tr.ToolResult(())])
+
+    assert set(message) == typed_dict_keys(ChatCompletionToolMessageParam)
+
+
+# ---- Chat Completions: through the real client --------------------------------------
+
+
+async def test_a_chat_step_round_trips_through_the_sdk_client() -> None:
+    reg = registry()
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        requests.append(json.loads(request.content))
+        tool_call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+        }
+        message = {"role": "assistant", "content": None, "tool_calls": [tool_call]}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        body = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-test",
+            "choices": [choice],
+        }
+        return httpx2.Response(200, json=body)
+
+    sdk = client(handler)
+    tools = oa.chat_tools(reg.schemas(), strict=True)
+    completion = sdk.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "2+3?"}], tools=tools
+    )
+    assert isinstance(completion, ChatCompletion)
+    message = completion.choices[0].message
+    calls = oa.calls_from_chat(message, schemas=reg.schemas())
+    batch = await reg.run(calls)
+    sdk.chat.completions.create(
+        model="gpt-test",
+        messages=[
+            {"role": "user", "content": "2+3?"},
+            cast(ChatCompletionMessageParam, message.model_dump(exclude_none=True)),
+            *oa.chat_messages(calls, batch.results),
+        ],
+        tools=tools,
+    )
+
+    assert requests[0]["tools"] == tools
+    assert requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+# ---- strict mode --------------------------------------------------------------------
+
+
+def test_strict_closes_every_object_and_requires_every_property() -> None:
+    [tool] = oa.chat_tools(
+        [schema("move", {"type": "object", "properties": {"to": {"type": "string"}}})],
+        strict=True,
+    )
+
+    assert tool == {
+        "type": "function",
+        "function": {
+            "name": "move",
+            "description": "A tool.",
+            "parameters": {
+                "type": "object",
+                "properties": {"to": {"type": ["string", "null"]}},
+                "required": ["to"],
+                "additionalProperties": False,
+            },
+            "strict": True,
+        },
+    }
+
+
+def test_strict_gives_a_tool_without_parameters_an_empty_closed_object() -> None:
+    assert strict({"type": "object"}) == {
+        "type": "object",
+        "properties": {},
+        "required": [],
+        "additionalProperties": False,
+    }
+
+
+def test_strict_makes_only_optional_properties_nullable() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a"],
+    }
+
+    assert strict(parameters)["properties"] == {
+        "a": {"type": "integer"},
+        "b": {"type": ["integer", "null"]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("optional", "nullable"),
+    [
+        ({"type": ["string", "integer"]}, {"type": ["string", "integer", "null"]}),
+        (
+            {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+        ),
+        (
+            {"type": "string", "enum": ["F", "C"], "description": "Unit."},
+            {
+                "anyOf": [{"type": "string", "enum": ["F", "C"]}, {"type": "null"}],
+                "description": "Unit.",
+            },
+        ),
+        ({"const": 1}, {"anyOf": [{"const": 1}, {"type": "null"}]}),
+        ({"$ref": "#/$defs/P"}, {"anyOf": [{"$ref": "#/$defs/P"}, {"type": "null"}]}),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, None),
+        ({"type": ["string", "null"]}, None),
+        ({"enum": ["a", None]}, None),
+    ],
+)
+def test_strict_makes_an_optional_property_nullable_in_the_simplest_form(
+    optional: dict[str, Any], nullable: dict[str, Any] | None
+) -> None:
+    parameters = {
+        "type": "object",
+        "properties": {"p": optional},
+        "$defs": {"P": {"type": "object", "properties": {}}},
+    }
+
+    assert strict(parameters)["properties"]["p"] == (optional if nullable is None else nullable)
+
+
+def test_strict_rewrites_nested_objects_definitions_and_array_items() -> None:
+    parameters = tr.thaw(registry().schemas()[1].parameters)
+
+    rewritten = strict(parameters)
+
+    assert rewritten["properties"]["points"] == {
+        "items": {"$ref": "#/$defs/Point"},
+        "type": "array",
+    }
+    assert rewritten["$defs"]["Point"] == {
+        "properties": {
+            "x": {"type": "integer"},
+            "y": {"type": ["integer", "null"], "description": "default=0"},
+        },
+        "required": ["x", "y"],
+        "type": "object",
+        "additionalProperties": False,
+    }
+
+
+def test_strict_moves_constraints_it_cannot_send_into_the_description() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "Who.", "minLength": 1, "maxLength": 9},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "when": {"type": "string", "format": "date"},
+            "site": {"type": "string", "format": "uri"},
+            "code": {"type": "string", "pattern": "^(?!x)[a-z]+$"},
+            "page": {"type": "integer", "minimum": 1, "default": 1},
+        },
+        "required": ["name", "tags", "when", "site", "code", "page"],
+    }
+
+    assert strict(parameters)["properties"] == {
+        "name": {"type": "string", "description": "Who. (minLength=1, maxLength=9)"},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "uniqueItems=true"},
+        "when": {"type": "string", "format": "date"},
+        "site": {"type": "string", "description": 'format="uri"'},
+        "code": {"type": "string", "description": 'pattern="^(?!x)[a-z]+$"'},
+        "page": {"type": "integer", "minimum": 1, "description": "default=1"},
+    }
+
+
+def test_strict_drops_a_null_default_and_the_schema_dialect_keyword() -> None:
+    parameters = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"p": {"type": ["string", "null"], "default": None}},
+    }
+
+    assert strict(parameters) == {
+        "type": "object",
+        "properties": {"p": {"type": ["string", "null"]}},
+        "required": ["p"],
+        "additionalProperties": False,
+    }
+
+
+def test_strict_reads_one_of_as_any_of_and_folds_a_lone_all_of() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "shape": {
+                "oneOf": [{"$ref": "#/$defs/Circle"}, {"$ref": "#/$defs/Square"}],
+                "discriminator": {"propertyName": "kind"},
+            },
+            "size": {"allOf": [{"type": "integer"}], "description": "Size."},
+        },
+        "required": ["shape", "size"],
+        "$defs": {
+            "Circle": {
+                "type": "object",
+                "properties": {"r": {"type": "number"}},
+                "required": ["r"],
+            },
+            "Square": {
+                "type": "object",
+                "properties": {"s": {"type": "number"}},
+                "required": ["s"],
+            },
+        },
+    }
+
+    rewritten = strict(parameters)
+
+    assert rewritten["properties"] == {
+        "shape": {"anyOf": [{"$ref": "#/$defs/Circle"}, {"$ref": "#/$defs/Square"}]},
+        "size": {"type": "integer", "description": "Size."},
+    }
+    assert rewritten["$defs"]["Square"]["additionalProperties"] is False
+
+
+def test_strict_wraps_a_ref_with_siblings_in_any_of() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {"at": {"$ref": "#/$defs/P", "description": "Where."}},
+        "required": ["at"],
+        "$defs": {"P": {"type": "object", "properties": {}}},
+    }
+
+    assert strict(parameters)["properties"]["at"] == {
+        "anyOf": [{"$ref": "#/$defs/P"}],
+        "description": "Where.",
+    }
+
+
+def test_strict_keeps_recursive_references_to_the_root() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {"children": {"type": "array", "items": {"$ref": "#"}}},
+        "required": ["children"],
+    }
+
+    assert strict(parameters)["properties"]["children"] == {
+        "type": "array",
+        "items": {"$ref": "#"},
+    }
+
+
+def test_strict_accepts_unevaluated_properties_false_as_a_closed_object() -> None:
+    parameters = {"type": "object", "properties": {}, "unevaluatedProperties": False}
+
+    assert strict(parameters)["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("parameters", "construct"),
+    [
+        (
+            {"type": "object", "properties": {"tags": {"type": "object", "patternProperties": {}}}},
+            "patternProperties at #/properties/tags",
+        ),
+        (
+            {"type": "object", "additionalProperties": {"type": "string"}},
+            "additionalProperties other than false (an open map) at #",
+        ),
+        (
+            {"type": "object", "additionalProperties": True},
+            "additionalProperties other than false (an open map) at #",
+        ),
+        (
+            {"type": "object", "properties": {"v": {}}},
+            "a schema without a type at #/properties/v",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"description": "Anything."}}},
+            "a schema without a type at #/properties/v",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"type": "array"}}},
+            "an array without typed items at #/properties/v",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"type": "array", "items": True}}},
+            "the boolean schema true at #/properties/v/items",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"allOf": [{"type": "a"}, {"type": "b"}]}}},
+            "allOf with several schemas at #/properties/v",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"type": "string", "not": {"const": ""}}}},
+            "not at #/properties/v",
+        ),
+        (
+            {"type": "object", "if": {}, "then": {}},
+            "if at #",
+        ),
+        (
+            {"type": "object", "dependentRequired": {"a": ["b"]}},
+            "dependentRequired at #",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"type": "array", "prefixItems": []}}},
+            "prefixItems at #/properties/v",
+        ),
+        (
+            {"type": "object", "properties": {"v": {"$ref": "#/properties/w"}}},
+            "a $ref to '#/properties/w' (only #, #/$defs/… or #/definitions/…) at #/properties/v",
+        ),
+        (
+            {"type": "object", "$defs": {"D": {"type": "object", "propertyNames": {}}}},
+            "propertyNames at #/$defs/D",
+        ),
+    ],
+)
+def test_strict_refuses_what_strict_mode_cannot_express_naming_tool_construct_and_place(
+    parameters: dict[str, Any], construct: str
+) -> None:
+    with pytest.raises(ValueError, match=exactly(f"cannot make tool 't' strict: {construct}")):
+        strict(parameters)
+
+
+def test_strict_refuses_a_root_other_than_an_object() -> None:
+    with pytest.raises(
+        ValueError,
+        match=exactly('cannot make tool \'u\' strict: a root other than "type": "object"'),
+    ):
+        oa.responses_tools(
+            [{"name": "u", "parameters": {"anyOf": [{"type": "object"}]}}], strict=True
+        )
+
+
+def test_without_strict_no_schema_is_refused_or_changed() -> None:
+    parameters = {"type": "object", "patternProperties": {"^x": {"type": "string"}}}
+
+    [tool] = oa.chat_tools([schema("t", parameters)])
+
+    assert tool["function"].get("parameters") == parameters
+    assert "strict" not in tool["function"]
+
+
+# ---- strict mode: nulls back to absent ----------------------------------------------
+
+
+def test_given_the_schemas_a_null_for_an_optional_property_becomes_absent() -> None:
+    reg = registry()
+    message = chat_message(("c1", "add", '{"a": 1, "b": null}'))
+
+    [call] = oa.calls_from_chat(message, schemas=reg.schemas())
+
+    assert call.arguments == {"a": 1}
+
+
+async def test_a_strict_call_with_nulls_for_optional_arguments_runs_with_the_defaults() -> None:
+    reg = registry()
+    arguments = '{"points": [{"x": 1, "y": null}], "label": null, "mode": null}'
+    message = chat_message(("c1", "plot", arguments))
+
+    [call] = oa.calls_from_chat(message, schemas=reg.schemas())
+
+    assert call.arguments == {"points": [{"x": 1}], "label": None}
+    assert (await reg.execute(call)).text == "1 points, None, x"
+
+
+async def test_without_the_schemas_such_a_null_reaches_the_tool_and_fails_validation() -> None:
+    reg = registry()
+
+    [call] = oa.calls_from_chat(chat_message(("c1", "add", '{"a": 1, "b": null}')))
+    result = await reg.execute(call)
+
+    assert result.error is not None
+    assert result.error.code == "INVALID_ARGS"
+
+
+def test_a_null_for_a_required_or_nullable_property_is_kept() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "req": {"type": "string"},
+            "opt": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "node": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]},
+        },
+        "required": ["req"],
+        "$defs": {"N": {"type": "object", "properties": {"v": {"type": "integer"}}}},
+    }
+    message = {
+        "tool_calls": [
+            {
+                "id": "c1",
+                "function": {
+                    "name": "t",
+                    "arguments": '{"req": null, "opt": null, "node": {"v": null}, "x": null}',
+                },
+            }
+        ]
+    }
+
+    [call] = oa.calls_from_chat(message, schemas=[{"name": "t", "parameters": parameters}])
+
+    assert call.arguments == {"req": None, "opt": None, "node": {}, "x": None}
+
+
+def test_calls_of_unknown_tools_or_with_raw_string_arguments_are_left_alone() -> None:
+    message = chat_message(("c1", "nope", '{"b": null}'), ("c2", "add", "{oops"))
+
+    calls = oa.calls_from_chat(message, schemas=registry().schemas())
+
+    assert [c.arguments for c in calls] == [{"b": None}, "{oops"]
+
+
+# ---- Responses ----------------------------------------------------------------------
+
+
+def test_responses_tools_is_a_flat_function_tool_that_always_says_strict() -> None:
+    tools = oa.responses_tools([schema("now", {"type": "object"}, "The time.")])
+
+    assert tools == [
+        {
+            "type": "function",
+            "name": "now",
+            "description": "The time.",
+            "parameters": {"type": "object"},
+            "strict": False,
+        }
+    ]
+    assert (
+        FunctionToolParam.__required_keys__ <= set(tools[0]) <= typed_dict_keys(FunctionToolParam)
+    )
+
+
+def test_strict_responses_tools_carry_the_rewritten_schema() -> None:
+    schemas = registry().schemas()
+
+    [tool, _] = oa.responses_tools(schemas, strict=True)
+    [chat_tool, _] = oa.chat_tools(schemas, strict=True)
+
+    assert tool["strict"] is True
+    assert tool["parameters"] == chat_tool["function"].get("parameters")
+
+
+def test_calls_from_response_reads_the_function_call_items_by_call_id() -> None:
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    text = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Adding.", "annotations": []}],
+    }
+    sdk_response = response(
+        reasoning,
+        text,
+        function_call("call_1", "add", '{"a": 1}'),
+        function_call("call_2", "add", ""),
+    )
+
+    assert oa.calls_from_response(sdk_response, scope="s") == [
+        tr.ToolCall(call_id="call_1", name="add", arguments={"a": 1}, scope="s"),
+        tr.ToolCall(call_id="call_2", name="add", arguments={}, scope="s"),
+    ]
+
+
+def test_calls_from_response_reads_a_plain_dict_and_keeps_bad_json_as_text() -> None:
+    as_dict = {"output": [function_call("call_1", "add", "{'a': 1}")]}
+
+    [call] = oa.calls_from_response(as_dict)
+
+    assert call.arguments == "{'a': 1}"
+
+
+def test_calls_from_response_restores_absent_properties_given_the_schemas() -> None:
+    sdk_response = response(function_call("call_1", "add", '{"a": 1, "b": null}'))
+
+    [call] = oa.calls_from_response(sdk_response, schemas=registry().schemas())
+
+    assert call.arguments == {"a": 1}
+
+
+def test_responses_items_is_one_function_call_output_per_call() -> None:
+    calls = [tr.ToolCall(call_id="call_1", name="add"), tr.ToolCall(call_id="call_2", name="add")]
+    error = tr.ErrorInfo("boom")
+    results = [
+        tr.ToolResult((tr.TextContent("3"), tr.TextContent("ok"))),
+        tr.ToolResult((tr.TextContent("Error: boom"),), is_error=True, error=error),
+    ]
+
+    items = oa.responses_items(calls, results)
+
+    assert items == [
+        {"type": "function_call_output", "call_id": "call_1", "output": "3\nok"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "Error: boom"},
+    ]
+    assert set(items[0]) <= typed_dict_keys(FunctionCallOutput)
+
+
+def test_an_empty_result_is_an_empty_output_string() -> None:
+    [item] = oa.responses_items([tr.ToolCall(call_id="c", name="t")], [tr.ToolResult(())])
+
+    assert item["output"] == ""
+
+
+def test_a_result_with_an_image_is_a_list_of_input_text_and_input_image_parts() -> None:
+    result = tr.ToolResult((tr.TextContent("chart:"), PNG, tr.TextContent(""), SVG))
+
+    [item] = oa.responses_items([tr.ToolCall(call_id="c", name="plot")], [result])
+
+    assert item["output"] == [
+        {"type": "input_text", "text": "chart:"},
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+        {"type": "input_text", "text": "[image content]"},
+    ]
+
+
+def test_an_image_openai_cannot_read_is_a_placeholder_in_the_output_text() -> None:
+    result = tr.ToolResult((tr.TextContent("icon:"), SVG))
+
+    [item] = oa.responses_items([tr.ToolCall(call_id="c", name="plot")], [result])
+
+    assert item["output"] == "icon:\n[image content]"
+
+
+def test_responses_items_needs_exactly_one_result_per_call() -> None:
+    with pytest.raises(ValueError, match="got 0 calls and 1 results"):
+        oa.responses_items([], [tr.ToolResult(())])
+
+
+async def test_a_responses_step_round_trips_through_the_sdk_client() -> None:
+    reg = registry()
+    requests: list[dict[str, Any]] = []
+    output = [function_call("call_1", "add", '{"a": 4}')]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        requests.append(json.loads(request.content))
+        return httpx2.Response(200, json=response(*output).model_dump(mode="json"))
+
+    sdk = client(handler)
+    tools = oa.responses_tools(reg.schemas(), strict=True)
+    first = sdk.responses.create(model="gpt-test", input="4+5?", tools=tools)
+    calls = oa.calls_from_response(first, schemas=reg.schemas())
+    batch = await reg.run(calls)
+    sdk.responses.create(
+        model="gpt-test",
+        previous_response_id=first.id,
+        input=[*oa.responses_items(calls, batch.results)],
+        tools=tools,
+    )
+
+    assert requests[0]["tools"] == tools
+    assert requests[1]["input"] == [
+        {"type": "function_call_output", "call_id": "call_1", "output": "9"}
+    ]
+
+
+# ---- the module ---------------------------------------------------------------------
+
+
+def test_the_docstring_examples_run() -> None:
+    assert doctest.testmod(oa).failed == 0
+
+
+def test_the_module_imports_and_maps_without_the_sdk_installed() -> None:
+    code = (
+        "import sys; sys.modules['openai'] = None\n"
+        "from toolrail.adapters import openai as oa\n"
+        "print(oa.chat_tools([{'name': 'now'}])[0]['type'])\n"
+        "print(oa.calls_from_chat({'tool_calls': [{'id': 'c', 'function': {'name': 'n'}}]}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "function"
