@@ -1,0 +1,127 @@
+"""Anthropic Messages, in both directions.
+
+- tools out, :func:`tools`: ``{"name", "description", "input_schema"}``;
+- calls in, :func:`calls_from_message`: the ``tool_use`` content blocks;
+- results out, :func:`tool_result_blocks`: ``{"type": "tool_result", "tool_use_id",
+  "content", "is_error"}``.
+
+Inputs are the ``anthropic`` SDK's objects or plain dicts of the same shape; outputs are
+plain JSON-ready dicts typed as the SDK's request ``TypedDict``\\ s. The SDK is never
+imported at run time.
+
+- Calls in: a ``tool_use`` block's ``input`` is already parsed JSON, so it is kept as it
+  is, even when it is not an object (the tool then reports invalid arguments); a
+  missing ``input`` is ``{}``.
+- Results out: ``content`` is a list of ``text`` and ``image`` blocks (base64 source)
+  and ``is_error`` is always set. Empty text blocks are left out, for the API rejects
+  them, so an empty result is ``"content": []``; an error result with nothing to show
+  says ``Error: <message>``, for the API rejects an empty error. An image of a type
+  Claude does not read (other than JPEG, PNG, GIF, WebP) becomes ``[image content]``.
+
+Reference: integrations.md, "Provider adapters".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+
+from .. import Content, TextContent, ToolCall, ToolResult
+from ._common import (
+    SchemaLike,
+    field,
+    pairs,
+    schema_parts,
+    sequence_field,
+    text_of,
+    visible_content,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+
+    from anthropic.types import Message, ToolParam, ToolResultBlockParam
+    from anthropic.types.tool_result_block_param import Content as BlockParam
+
+__all__ = ["calls_from_message", "tool_result_blocks", "tools"]
+
+_MediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+def tools(schemas: Iterable[SchemaLike]) -> list[ToolParam]:
+    """Messages ``tools``: ``{"name", "description", "input_schema"}`` per schema.
+
+    ``schemas`` are ``ToolSchema`` values (``registry.schemas(scope)``) or dicts of
+    that shape; the JSON Schema is sent as it is.
+
+    >>> tools([{"name": "now", "description": "The time.", "parameters": {"type": "object"}}])
+    [{'name': 'now', 'description': 'The time.', 'input_schema': {'type': 'object'}}]
+    """
+    out: list[ToolParam] = []
+    for schema in schemas:
+        name, description, parameters = schema_parts(schema)
+        out.append({"name": name, "description": description, "input_schema": parameters})
+    return out
+
+
+def calls_from_message(
+    message: Message | Mapping[str, Any], *, scope: Hashable | None = None
+) -> list[ToolCall]:
+    """The ``tool_use`` blocks of an assistant message, in the model's order.
+
+    Args:
+        message: a ``Message`` or a dict with ``content``.
+        scope: the scope every call runs in.
+    """
+    calls = []
+    for block in sequence_field(message, "content"):
+        if field(block, "type") == "tool_use":
+            arguments = field(block, "input")
+            calls.append(
+                ToolCall(
+                    call_id=field(block, "id"),
+                    name=field(block, "name"),
+                    arguments={} if arguments is None else arguments,
+                    scope=scope,
+                )
+            )
+    return calls
+
+
+def tool_result_blocks(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult]
+) -> list[ToolResultBlockParam]:
+    """One ``tool_result`` block per call, in order: the next user message's content.
+
+    ``ValueError`` unless there is exactly one result per call.
+    """
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": call.call_id,
+            "content": [_block(b) for b in visible_content(result) if _shows(b)],
+            "is_error": result.is_error,
+        }
+        for call, result in pairs(calls, results)
+    ]
+
+
+def _block(block: Content) -> BlockParam:
+    if isinstance(block, TextContent):
+        return {"type": "text", "text": block.text}
+    media_type = block.mime_type
+    if not _readable(media_type):
+        return {"type": "text", "text": text_of([block])}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": media_type, "data": block.data},
+    }
+
+
+def _shows(block: Content) -> bool:
+    return not isinstance(block, TextContent) or block.text != ""
+
+
+def _readable(media_type: str) -> TypeGuard[_MediaType]:
+    return media_type in _IMAGE_TYPES
