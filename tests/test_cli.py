@@ -170,3 +170,23 @@ def test_help_of_call_explains_the_arguments() -> None:
     done = _toolrail("call", "--help")
     assert done.returncode == 0
     assert "the arguments as a JSON object" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("form", "first"),
+    [
+        ("openai", {"type": "function", "function": {"name": "add"}}),
+        ("anthropic", {"name": "add"}),
+        ("gemini", {"name": "add"}),
+    ],
+)
+def test_list_prints_a_providers_tool_format(target: str, form: str,
+                                             first: dict[str, object]) -> None:
+    done = _toolrail("list", target, "--format", form)
+    assert done.returncode == 0, done.stderr
+    tool = json.loads(done.stdout)[0]
+    for key, value in first.items():
+        if isinstance(value, dict):
+            assert tool[key]["name"] == value["name"]
+        else:
+            assert tool[key] == value
