@@ -270,7 +270,7 @@ class _Demo:
         console.print("[bold]toolrail demo[/] — a scripted model drives real tools through "
                       f"one registry (workspace: {self.root})\n")
         began = time.perf_counter()
-        transcript: list[dict[str, Any]] = []
+        transcript: list[Any] = []
         for title, message in SCRIPT:
             calls = calls_from_chat(message)
             if not calls:
