@@ -130,6 +130,10 @@ def test_a_message_without_tool_use_has_no_calls() -> None:
     assert an.calls_from_message(message({"type": "text", "text": "Done."})) == []
 
 
+def test_a_dict_message_with_plain_text_content_has_no_calls() -> None:
+    assert an.calls_from_message({"role": "assistant", "content": "Done."}) == []
+
+
 def test_input_that_is_not_an_object_is_kept_as_it_is() -> None:
     as_dict = {"content": [tool_use("toolu_1", "add", '{"a": 1'), tool_use("toolu_2", "add", [1])]}
 

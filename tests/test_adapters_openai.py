@@ -941,3 +941,13 @@ def test_the_module_imports_and_maps_without_the_sdk_installed() -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "function"
+
+
+def test_calls_from_chat_refuses_a_whole_completion_instead_of_its_message() -> None:
+    as_dict: dict[str, Any] = {"choices": [{"message": {"tool_calls": []}}]}
+
+    with pytest.raises(
+        TypeError,
+        match=exactly("calls_from_chat takes a message: pass completion.choices[0].message"),
+    ):
+        oa.calls_from_chat(as_dict)

@@ -74,6 +74,8 @@ def calls_from_message(
         message: a ``Message`` or a dict with ``content``.
         scope: the scope every call runs in.
     """
+    if isinstance(field(message, "content"), str):
+        return []  # a plain-text turn, as a request param may be written
     calls = []
     for block in sequence_field(message, "content"):
         if field(block, "type") == "tool_use":

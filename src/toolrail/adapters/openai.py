@@ -141,11 +141,14 @@ def calls_from_chat(
     """The function tool calls of an assistant message, in the model's order.
 
     Args:
-        message: ``completion.choices[0].message`` or a dict with ``tool_calls``.
+        message: ``completion.choices[0].message`` or a dict with ``tool_calls``; a
+            whole completion is a ``TypeError``.
         scope: the scope every call runs in.
         schemas: the schemas sent as tools; a ``null`` the original schema rejects for
             an optional property is removed (see the module docstring).
     """
+    if field(message, "choices") is not None:
+        raise TypeError("calls_from_chat takes a message: pass completion.choices[0].message")
     calls = []
     for tool_call in sequence_field(message, "tool_calls"):
         if field(tool_call, "type") not in (None, "function"):
