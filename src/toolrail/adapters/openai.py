@@ -311,8 +311,12 @@ class _StrictRewrite:
             if key in _NOTED or key == "default" or _unsupported_string_rule(key, value):
                 notes.append(f"{key}={json.dumps(value)}")
             elif key in ("$defs", "definitions"):
+                if not isinstance(value, Mapping):
+                    raise self.fail(f"{key} that is not an object", path)
                 out[key] = {n: self.node(s, f"{path}/{key}/{n}") for n, s in value.items()}
             elif key == "anyOf":
+                if not isinstance(value, list):
+                    raise self.fail("anyOf that is not an array", path)
                 out[key] = [self.node(s, f"{path}/anyOf/{i}") for i, s in enumerate(value)]
             elif key == "items":
                 out[key] = self.node(value, f"{path}/items")
