@@ -11,31 +11,49 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_pipeline, bench_scheduler, bench_typed  # noqa: E402
+from benchmarks import bench_peers, bench_pipeline, bench_scheduler, bench_typed
 
-SUITES = (("pipeline", bench_pipeline), ("typed tools", bench_typed),
-          ("scheduler", bench_scheduler))
+SUITES: tuple[tuple[str, Any], ...] = (
+    ("pipeline", bench_pipeline),
+    ("typed tools", bench_typed),
+    ("scheduler", bench_scheduler),
+)
+try:
+    SUITES += (("MCP", importlib.import_module("benchmarks.bench_mcp")),)
+except ModuleNotFoundError as exc:  # that suite has not landed yet
+    if exc.name != "benchmarks.bench_mcp":
+        raise
+SUITES += (
+    ("peers: the same work through toolrail and each peer's own execution path", bench_peers),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="few iterations: a smoke run")
     args = parser.parse_args(argv)
-    print(f"toolrail benchmarks — Python {platform.python_version()} on {platform.machine()}"
-          f"{' (quick mode: figures are not meaningful)' if args.quick else ''}\n")
+    print(
+        f"toolrail benchmarks — Python {platform.python_version()} on {platform.machine()}"
+        f"{' (quick mode: figures are not meaningful)' if args.quick else ''}\n"
+    )
     bars: list[str] = []
     for title, suite in SUITES:
         figures = asyncio.run(suite.main(args.quick))
         print(title)
-        for figure in figures:
-            print("  " + figure.row())
+        render = getattr(suite, "rows", None)  # a suite may print its own table
+        lines = render(figures) if render else [figure.row() for figure in figures]
+        for line in lines:
+            print("  " + line)
         bars += suite.bars(figures)
     print("\nbars (ratios measured in this run)")
     for line in bars:
