@@ -1,0 +1,42 @@
+"""Running ``server.py`` as a subprocess for the MCP tests."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SERVER = Path(__file__).resolve().parent / "server.py"
+STDIO_ARGS = [str(SERVER), "stdio"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def http_server(deadline: float = 10) -> Iterator[str]:
+    """Serve ``server.py`` over streamable HTTP on a free loopback port; yield its URL."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)])
+    try:
+        give_up = time.monotonic() + deadline
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > give_up or process.poll() is not None:
+                    raise
+                time.sleep(0.05)  # polling the subprocess's readiness, bounded above
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(deadline)

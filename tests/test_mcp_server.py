@@ -1,0 +1,416 @@
+"""``toolrail.mcp.server``: a registry served over MCP, driven by the SDK's own client.
+
+The transport tests run ``tests/mcp_fixtures/server.py`` as a real subprocess (stdio, and
+streamable HTTP on a free loopback port); the rest use the SDK's in-memory transport
+(``mcp.Client(server)``). Waits are bounded; nothing sleeps to synchronize (the HTTP
+server's readiness is polled with a deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel
+
+import toolrail as tr
+import toolrail.mcp
+from mcp_fixtures.processes import STDIO_ARGS, http_server
+
+WAIT = 10
+
+
+class ListChanges:
+    """A message handler counting ``notifications/tools/list_changed``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.count += 1
+            self.arrived.set()
+
+    async def wait(self) -> None:
+        await asyncio.wait_for(self.arrived.wait(), WAIT)
+        self.arrived.clear()
+
+
+@asynccontextmanager
+async def stdio_session(changes: ListChanges | None = None) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=sys.executable, args=STDIO_ARGS)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, message_handler=changes) as session,
+    ):
+        await asyncio.wait_for(session.initialize(), WAIT)
+        yield session
+
+
+@asynccontextmanager
+async def memory_session(
+    app: Any, changes: ListChanges | None = None, mode: str = "legacy"
+) -> AsyncIterator[mcp.Client]:
+    async with mcp.Client(app, mode=mode, message_handler=changes, cache=None) as client:
+        yield client
+
+
+def tools_by_name(listing: types.ListToolsResult) -> dict[str, types.Tool]:
+    return {tool.name: tool for tool in listing.tools}
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+# ---- over stdio, in a subprocess ----------------------------------------------------------
+
+
+async def test_over_stdio_tools_list_carries_output_schemas_and_annotations() -> None:
+    async with stdio_session() as session:
+        tools = tools_by_name(await session.list_tools())
+
+    assert sorted(tools) == [
+        "add",
+        "die",
+        "fail",
+        "grow",
+        "outcomes",
+        "slow",
+        "stats",
+        "wait_started",
+    ]
+    add = tools["add"]
+    assert add.description == "Add two integers."
+    assert add.input_schema["required"] == ["a", "b"]
+    assert add.output_schema == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+        "x-fastmcp-wrap-result": True,
+    }
+    assert add.annotations is not None
+    assert add.annotations.read_only_hint is True
+    stats = tools["stats"]
+    assert stats.output_schema is not None
+    assert stats.output_schema["type"] == "object"
+    assert "result" not in stats.output_schema["properties"]
+    assert tools["fail"].annotations is None
+
+
+async def test_over_stdio_calls_answer_with_structured_content_or_is_error() -> None:
+    async with stdio_session() as session:
+        added = await session.call_tool("add", {"a": 2, "b": 3})
+        stats = await session.call_tool("stats", {"values": [1, 2.5]})
+        failed = await session.call_tool("fail", {"reason": "no way"})
+        invalid = await session.call_tool("add", {"a": "two"})
+
+    assert (added.is_error, text_of(added), added.structured_content) == (False, "5", {"result": 5})
+    assert stats.structured_content == {"count": 2, "total": 3.5}
+    assert failed.is_error is True
+    assert text_of(failed) == "Error: no way"
+    assert failed.structured_content is None
+    assert failed.meta == {
+        "toolrail/error": {"message": "no way", "code": "NOPE", "type": "ToolError"}
+    }
+    assert invalid.is_error is True
+    assert (invalid.meta or {})["toolrail/error"]["code"] == "INVALID_ARGS"
+
+
+async def test_over_stdio_a_registry_change_sends_tools_list_changed() -> None:
+    changes = ListChanges()
+    async with stdio_session(changes) as session:
+        await session.call_tool("grow", {"name": "extra"})
+        await changes.wait()
+        tools = tools_by_name(await session.list_tools())
+
+    assert "extra" in tools
+    assert tools["extra"].description == "Added at run time."
+
+
+async def test_over_stdio_a_cancelled_request_aborts_the_call_in_the_server() -> None:
+    async with stdio_session() as session:
+        slow = asyncio.ensure_future(session.call_tool("slow"))
+        await session.call_tool("wait_started")
+        slow.cancel()  # the SDK sends notifications/cancelled for the request
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        outcomes = await session.call_tool("outcomes")
+
+    assert outcomes.structured_content is not None
+    assert "slow:ABORTED" in outcomes.structured_content["result"]
+
+
+# ---- over streamable HTTP, in a subprocess ------------------------------------------------
+
+
+@pytest.fixture
+def http_url() -> Iterator[str]:
+    with http_server() as url:
+        yield url
+
+
+async def test_over_streamable_http_tools_list_calls_and_list_changed_work(http_url: str) -> None:
+    changes = ListChanges()
+    async with (
+        streamable_http_client(http_url) as (read, write),
+        ClientSession(read, write, message_handler=changes) as session,
+    ):
+        await session.initialize()
+        tools = tools_by_name(await session.list_tools())
+        added = await session.call_tool("add", {"a": 20, "b": 22})
+        await session.call_tool("grow", {"name": "extra"})
+        await changes.wait()
+        grown = tools_by_name(await session.list_tools())
+
+    assert "add" in tools
+    assert "extra" not in tools
+    assert added.structured_content == {"result": 42}
+    assert "extra" in grown
+
+
+# ---- in memory ----------------------------------------------------------------------------
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+def demo_registry() -> tr.ToolRegistry:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    def points(n: int) -> list[Point]:
+        """The first n points of the diagonal."""
+        return [Point(x=i, y=i) for i in range(n)]
+
+    @registry.tool
+    def greet(name: str) -> str:
+        """Greet someone."""
+        return f"hello {name}"
+
+    registry.register(
+        tr.Tool(
+            name="raw_object",
+            description="",
+            parameters={"type": "object"},
+            execute=lambda arguments, context: {"k": [1, 2]},
+        )
+    )
+    registry.register(
+        tr.Tool(
+            name="raw_text",
+            description="",
+            parameters={"type": "object"},
+            execute=lambda arguments, context: "plain",
+        )
+    )
+    registry.register(
+        tr.Tool(
+            name="picture",
+            description="",
+            parameters={"type": "object"},
+            execute=lambda arguments, context: [
+                tr.TextContent("a dot"),
+                tr.ImageContent("iVBORw0KGgo=", "image/png"),
+            ],
+        )
+    )
+    return registry
+
+
+async def test_a_wrapped_output_schema_keeps_its_defs_resolvable() -> None:
+    async with memory_session(toolrail.mcp.server(demo_registry())) as client:
+        tools = tools_by_name(await client.list_tools())
+        result = await client.session.call_tool("points", {"n": 2})  # the SDK validates it
+
+    schema = tools["points"].output_schema
+    assert schema is not None
+    assert schema["properties"]["result"]["items"] == {"$ref": "#/$defs/Point"}
+    assert "Point" in schema["$defs"]
+    assert result.structured_content == {"result": [{"x": 0, "y": 0}, {"x": 1, "y": 1}]}
+
+
+async def test_without_an_output_schema_only_object_values_become_structured_content() -> None:
+    async with memory_session(toolrail.mcp.server(demo_registry())) as client:
+        tools = tools_by_name(await client.list_tools())
+        obj = await client.session.call_tool("raw_object", {})
+        text = await client.session.call_tool("raw_text", {})
+
+    assert tools["raw_object"].output_schema is None
+    assert obj.structured_content == {"k": [1, 2]}
+    assert text_of(obj) == '{"k": [1, 2]}'
+    assert text.structured_content is None
+    assert text_of(text) == "plain"
+
+
+async def test_image_blocks_cross_as_image_content() -> None:
+    async with memory_session(toolrail.mcp.server(demo_registry())) as client:
+        result = await client.session.call_tool("picture", {})
+
+    text, image = result.content
+    assert isinstance(text, types.TextContent)
+    assert text.text == "a dot"
+    assert isinstance(image, types.ImageContent)
+    assert (image.data, image.mime_type) == ("iVBORw0KGgo=", "image/png")
+
+
+async def test_a_call_runs_the_full_pipeline_with_the_request_id_as_call_id() -> None:
+    registry = demo_registry()
+    seen: list[tuple[str, str, str | None]] = []
+    registry.on_result(
+        lambda execution, result: seen.append(
+            (execution.name, execution.call_id, result.error.code if result.error else None)
+        )
+    )
+    registry.guard(lambda execution: "no greeting" if execution.name == "greet" else None)
+
+    async with memory_session(toolrail.mcp.server(registry)) as client:
+        denied = await client.session.call_tool("greet", {"name": "Ada"})
+        unknown = await client.session.call_tool("nope", {})
+
+    assert text_of(denied) == "Error: no greeting"
+    assert (denied.meta or {})["toolrail/error"] == {"message": "no greeting", "code": "DENIED"}
+    assert (unknown.meta or {})["toolrail/error"]["code"] == "UNKNOWN_TOOL"
+    (greet_name, greet_id, greet_code), (nope_name, nope_id, nope_code) = seen
+    assert (greet_name, greet_code, nope_name, nope_code) == (
+        "greet",
+        "DENIED",
+        "nope",
+        "UNKNOWN_TOOL",
+    )
+    assert greet_id.isdigit()
+    assert nope_id.isdigit()
+    assert greet_id != nope_id
+
+
+async def test_a_scope_is_served_with_its_own_view_and_its_calls_bound_to_it() -> None:
+    registry = demo_registry()
+    agent = registry.scope("agent")
+    agent.restrict(deny=["picture"])
+    agent.register(
+        tr.Tool(
+            name="greet",
+            description="The agent's own greeting.",
+            parameters={"type": "object"},
+            execute=lambda arguments, context: f"scope {context.scope}",
+        )
+    )
+
+    async with memory_session(toolrail.mcp.server(registry, scope="agent")) as client:
+        tools = tools_by_name(await client.list_tools())
+        greeted = await client.session.call_tool("greet", {})
+
+    assert "picture" not in tools
+    assert tools["greet"].description == "The agent's own greeting."
+    assert text_of(greeted) == "scope agent"
+
+
+async def test_a_cancelled_request_fires_the_call_signal_and_the_body_stops() -> None:
+    registry = tr.ToolRegistry()
+    started, stopped = asyncio.Event(), asyncio.Event()
+    outcome: list[tr.ToolResult] = []
+    registry.on_result(lambda execution, result: outcome.append(result))
+
+    async def wait(arguments: tr.JsonValue, context: tr.RunContext) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        return "never"
+
+    registry.register(
+        tr.Tool(name="wait", description="", parameters={"type": "object"}, execute=wait)
+    )
+    async with memory_session(toolrail.mcp.server(registry)) as client:
+        call = asyncio.ensure_future(client.session.call_tool("wait", {}))
+        await asyncio.wait_for(started.wait(), WAIT)
+        call.cancel()
+        await asyncio.wait_for(stopped.wait(), WAIT)
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await client.session.send_ping()  # the server is still serving
+
+    (result,) = outcome
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+
+
+async def test_tools_list_changes_when_a_visible_tool_is_added_replaced_or_removed() -> None:
+    registry = tr.ToolRegistry()
+    changes = ListChanges()
+    first = tr.Tool(
+        name="t",
+        description="first",
+        parameters={"type": "object"},
+        execute=lambda arguments, context: None,
+    )
+    async with memory_session(toolrail.mcp.server(registry), changes) as client:
+        assert (await client.list_tools()).tools == []
+        dispose = registry.register(first)
+        await changes.wait()
+        listed = tools_by_name(await client.list_tools())
+        dispose()
+        registry.register(
+            tr.Tool(
+                name="t",
+                description="second",
+                parameters={"type": "object"},
+                execute=lambda arguments, context: None,
+            )
+        )
+        await changes.wait()
+        relisted = tools_by_name(await client.list_tools())
+
+    assert listed["t"].description == "first"
+    assert relisted["t"].description == "second"
+
+
+async def test_a_2026_client_hears_of_changes_on_its_listen_stream() -> None:
+    registry = demo_registry()
+    app = toolrail.mcp.server(registry)
+    async with memory_session(app, mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_capabilities.tools is not None
+        assert client.server_capabilities.tools.list_changed is True
+        async with client.listen(tools_list_changed=True) as subscription:
+            registry.register(
+                tr.Tool(
+                    name="late",
+                    description="",
+                    parameters={"type": "object"},
+                    execute=lambda arguments, context: "late",
+                )
+            )
+            event = await asyncio.wait_for(anext(aiter(subscription)), WAIT)
+        called = await client.call_tool("late", {})
+
+    assert type(event).__name__ == "ToolsListChanged"
+    assert text_of(called) == "late"
+
+
+async def test_handshake_clients_are_told_the_server_sends_list_changed() -> None:
+    async with memory_session(toolrail.mcp.server(tr.ToolRegistry(), name="mine")) as client:
+        capabilities = client.server_capabilities
+        info = client.server_info
+
+    assert capabilities.tools is not None
+    assert capabilities.tools.list_changed is True
+    assert info is not None
+    assert (info.name, info.version) == ("mine", tr.__version__)
+
+
+def test_server_takes_a_registry() -> None:
+    with pytest.raises(TypeError, match="server\\(\\) takes a ToolRegistry, got str"):
+        toolrail.mcp.server("registry")  # type: ignore[arg-type]
