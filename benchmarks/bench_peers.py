@@ -29,6 +29,7 @@ from contextlib import (
     contextmanager,
 )
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -413,7 +414,7 @@ async def main(quick: bool) -> list[Figure]:
 
 def rows(figures: list[Figure]) -> list[str]:
     """The side-by-side table: per section the floors, toolrail, then each peer."""
-    lines: list[str] = []
+    lines = [f"versions: {', '.join(_versions())}"]
     peer_figures = [f for f in figures if isinstance(f, PeerFigure)]
     for section in dict.fromkeys(f.section for f in peer_figures):
         these = [f for f in peer_figures if f.section == section]
@@ -423,6 +424,19 @@ def rows(figures: list[Figure]) -> list[str]:
         for figure in these:
             lines.append("  " + _row(figure, ours, floor if section == STEP else None))
     return lines
+
+
+def _versions() -> list[str]:
+    found = []
+    for name, distribution in (
+        ("toolrail", "toolrail"),
+        *((p.name, p.distribution) for p in PEERS),
+    ):
+        try:
+            found.append(f"{name} {metadata.version(distribution)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return found
 
 
 def _row(figure: PeerFigure, ours: PeerFigure | None, floor: PeerFigure | None) -> str:

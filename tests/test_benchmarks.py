@@ -81,7 +81,7 @@ def _sections(lines: list[str]) -> dict[str, list[str]]:
             break
         if line.startswith("    "):
             rows.append(line.strip())
-        else:
+        elif not line.startswith("  versions: "):
             rows = sections[line.strip()] = []
     return sections
 

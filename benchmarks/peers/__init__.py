@@ -21,20 +21,21 @@ __all__ = ["PEERS", "Harness", "Peer"]
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """A peer's module under ``benchmarks.peers``, its display name, its top-level package."""
+    """A peer's module under ``benchmarks.peers``, its display name, its package."""
 
     module: str
     name: str
-    package: str
+    package: str  # the top-level import
+    distribution: str  # what pip installs
 
 
 PEERS = (
-    Peer("langchain", "LangChain", "langchain_core"),
-    Peer("pydanticai", "pydantic-ai", "pydantic_ai"),
-    Peer("openai_agents", "OpenAI Agents SDK", "agents"),
-    Peer("mcp_sdk", "MCP SDK", "mcp"),
-    Peer("fast_mcp", "FastMCP", "fastmcp"),
-    Peer("tool_registry", "toolregistry", "toolregistry"),
+    Peer("langchain", "LangChain", "langchain_core", "langchain-core"),
+    Peer("pydanticai", "pydantic-ai", "pydantic_ai", "pydantic-ai-slim"),
+    Peer("openai_agents", "OpenAI Agents SDK", "agents", "openai-agents"),
+    Peer("mcp_sdk", "MCP SDK", "mcp", "mcp"),
+    Peer("fast_mcp", "FastMCP", "fastmcp", "fastmcp"),
+    Peer("tool_registry", "toolregistry", "toolregistry", "toolregistry"),
 )
 
 
