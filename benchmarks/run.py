@@ -1,6 +1,6 @@
 """Run toolrail's benchmarks and print per-call costs and the bars they are held to.
 
-    python3 scripts/dev.py bench            # full run (about a minute)
+    python3 scripts/dev.py bench            # full run (about two minutes)
     python3 scripts/dev.py bench --quick    # a few iterations, to check it runs
 
 Figures are medians over repeats, in microseconds per operation, measured in one
