@@ -14,7 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_TITLE = "peers: the same work through toolrail and each peer's own execution path"
-PEERS = ("LangChain", "pydantic-ai", "OpenAI Agents SDK", "MCP SDK", "FastMCP", "toolregistry")
 
 CALLS = {
     "toolrail": "registry.execute(ToolCall)",
