@@ -404,6 +404,43 @@ async def test_around_execute_returning_a_hostile_tool_result_is_an_error_result
         assert_error(result, RESULT_NOT_LOSSLESS)
 
 
+HOSTILE_RESULT_FIELDS: dict[str, Callable[[], tr.ToolResult]] = {
+    "content text": lambda: tr.ToolResult((tr.TextContent(anything(Hostile())),)),
+    "content sequence": lambda: tr.ToolResult(anything(HostileList())),
+    "value": lambda: tr.ToolResult((tr.TextContent("x"),), value=anything(Hostile())),
+    "meta": lambda: tr.ToolResult((tr.TextContent("x"),), meta=anything({"k": math.nan})),
+    "contexts": lambda: tr.ToolResult((tr.TextContent("x"),), contexts=anything((Hostile(),))),
+    "is_error": lambda: tr.ToolResult((tr.TextContent("x"),), is_error=anything(Hostile())),
+}
+
+
+@pytest.mark.parametrize("make", HOSTILE_RESULT_FIELDS.values(), ids=HOSTILE_RESULT_FIELDS.keys())
+async def test_around_execute_returning_a_result_with_a_hostile_field_is_an_error_result(
+    make: Callable[[], tr.ToolResult],
+) -> None:
+    lab = Lab()
+    lab.registry.around_execute(lambda e, n: make())
+
+    assert_error(await lab.execute(), RESULT_NOT_LOSSLESS)
+    for result in (await lab.run()).results:
+        assert_error(result, RESULT_NOT_LOSSLESS)
+
+
+async def test_a_failure_whose_error_info_is_hostile_gets_one_made_from_its_text() -> None:
+    lab = Lab()
+    lab.registry.around_execute(
+        lambda e, n: tr.ToolResult(
+            (tr.TextContent("went wrong"),), True, error=tr.ErrorInfo(anything(Hostile()))
+        )
+    )
+
+    result = await lab.execute()
+
+    assert result.is_error
+    assert result.error == tr.ErrorInfo("went wrong")
+    assert result.content == (tr.TextContent("went wrong"),)
+
+
 async def test_around_execute_returning_a_hostile_object_is_a_final_error() -> None:
     lab = Lab()
     lab.registry.around_execute(lambda e, n: Hostile())
