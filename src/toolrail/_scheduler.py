@@ -212,9 +212,21 @@ class _Driver:
                 return self._committed(slot, result)
             if self.started < total and self._may_start():
                 slot = self._prepare(self.started)
-                if slot.state.phase == READY and not decide_now(self.registry, slot.state):
-                    await decide(self.registry, slot.state)
-                self._dispatch_or_settle(slot)
+                state = slot.state
+                if state.phase == READY and not decide_now(self.registry, state):
+                    await decide(self.registry, state)
+                if state.phase != READY:
+                    slot.settled = True  # denied, failed or never started: no pool slot
+                elif self.dispatching == 0 and (not self.parallel or self.started == total):
+                    # Alone by construction (an exclusive call, or the last call with
+                    # nothing in flight): no task is needed to overlap it with anything.
+                    resolve(self.registry, state)
+                    try:
+                        await run_dispatch(self.registry, state)
+                    finally:
+                        slot.settled = True
+                else:
+                    self._launch(slot)
             else:
                 await self._settlement()
         return None
@@ -247,13 +259,9 @@ class _Driver:
         self.started = index + 1
         return slot
 
-    def _dispatch_or_settle(self, slot: _Slot) -> None:
-        """After prepare: dispatch the call in a pool slot, unless prepare ended it."""
-        state = slot.state
-        if state.phase != READY:
-            slot.settled = True  # denied, failed or never started: it takes no pool slot
-            return
-        resolve(self.registry, state)  # stage 8's lookup, before any later commit
+    def _launch(self, slot: _Slot) -> None:
+        """Dispatch a prepared call in a pool slot, in a task of its own."""
+        resolve(self.registry, slot.state)  # stage 8's lookup, before any later commit
         self.dispatching += 1
         slot.task = asyncio.get_running_loop().create_task(self._dispatch(slot))
 
