@@ -9,8 +9,9 @@ server's readiness is polled with a deadline).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,6 +27,7 @@ import toolrail.mcp
 from mcp_fixtures.processes import STDIO_ARGS, http_server
 
 WAIT = 10
+CallNext = Callable[[], Awaitable[tr.ToolResult]]
 
 
 class ListChanges:
@@ -345,6 +347,37 @@ async def test_a_cancelled_request_fires_the_call_signal_and_the_body_stops() ->
     (result,) = outcome
     assert result.error is not None
     assert result.error.code == "ABORTED"
+
+
+async def test_a_call_that_waits_keeps_its_context_from_first_step_to_last() -> None:
+    registry = tr.ToolRegistry()
+    current: contextvars.ContextVar[str] = contextvars.ContextVar("current", default="none")
+    seen: list[str] = []
+
+    async def around(execution: tr.Execution, call_next: CallNext) -> tr.ToolResult:
+        token = current.set(execution.call_id)  # set before the body waits, reset after
+        try:
+            return await call_next()
+        finally:
+            current.reset(token)
+
+    async def waits(arguments: tr.JsonValue, context: tr.RunContext) -> str:
+        resumed = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(resumed.set_result, None)
+        await resumed  # the call waits once: the rest of it runs in a task of its own
+        seen.append(current.get())
+        return "done"
+
+    registry.around_execute(around)
+    registry.register(
+        tr.Tool(name="waits", description="", parameters={"type": "object"}, execute=waits)
+    )
+    async with memory_session(toolrail.mcp.server(registry)) as client:
+        result = await asyncio.wait_for(client.session.call_tool("waits", {}), WAIT)
+
+    assert text_of(result) == "done"
+    assert seen[0].isdigit()
+    assert current.get() == "none"
 
 
 async def test_tools_list_changes_when_a_visible_tool_is_added_replaced_or_removed() -> None:

@@ -19,10 +19,12 @@ streams, and the task that sends the notifications.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import AsyncIterator, Hashable, Mapping
+import types as pytypes
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Hashable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 from mcp import types
@@ -37,6 +39,8 @@ from ._wire import wire_result, wire_tool
 __all__ = ["server"]
 
 logger = logging.getLogger("toolrail.mcp")
+
+T = TypeVar("T")
 
 
 def server(
@@ -61,16 +65,6 @@ def server(
         raise TypeError(f"server() takes a ToolRegistry, got {type(registry).__name__}")
     view = _View(registry, scope)
 
-    async def list_tools(
-        ctx: ServerRequestContext[_Run], params: types.PaginatedRequestParams
-    ) -> dict[str, Any]:
-        return view.listing()
-
-    async def call_tool(
-        ctx: ServerRequestContext[_Run], params: types.CallToolRequestParams
-    ) -> dict[str, Any]:
-        return await view.call(str(ctx.request_id), params.name, params.arguments)
-
     async def listen(
         ctx: ServerRequestContext[_Run], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
@@ -89,8 +83,8 @@ def server(
         on_subscriptions_listen=listen,
     )
     # Registered this way the handlers may return the wire dicts (no model round trip).
-    app.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
-    app.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    app.add_request_handler("tools/list", types.PaginatedRequestParams, view.list_tools)
+    app.add_request_handler("tools/call", types.CallToolRequestParams, view.call_tool)
     app.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
     return app
 
@@ -127,7 +121,9 @@ class _View:
         get, scope = self.registry.get, self.scope
         return tuple(get(schema.name, scope) for schema in self.registry.schemas(scope))
 
-    def listing(self) -> dict[str, Any]:
+    async def list_tools(
+        self, ctx: ServerRequestContext[_Run], params: types.PaginatedRequestParams
+    ) -> dict[str, Any]:
         schemas = self.registry.schemas(self.scope)
         tools = tuple(self.registry.get(schema.name, self.scope) for schema in schemas)
         if tools != self._listed:
@@ -150,29 +146,64 @@ class _View:
         tool = self.registry.get(name, self.scope)
         return None if tool is None else tool.parameters
 
-    async def call(
-        self, call_id: str, name: str, arguments: dict[str, Any] | None
+    async def call_tool(
+        self, ctx: ServerRequestContext[_Run], params: types.CallToolRequestParams
     ) -> dict[str, Any]:
+        name, arguments = params.name, params.arguments
         controller = CancelController()
         call = ToolCall(
-            call_id=call_id,
+            call_id=str(ctx.request_id),
             name=name,
             arguments={} if arguments is None else arguments,
             scope=self.scope,
             signal=controller.signal,
         )
         tool = self.registry.get(name, self.scope)
-        # Awaited on every path below; a task of its own so that the SDK's cancellation
-        # of this handler reaches the call as its signal, never as a CancelledError.
-        task = asyncio.ensure_future(self.registry.execute(call))
+        # The call's first step runs right here, as a 3.12 eager task would: a call that
+        # never waits (most quick tools) costs no task and no turn of the event loop.
+        context = contextvars.copy_context()
+        steps = self.registry.execute(call)
         try:
-            await asyncio.wait((task,))
+            waiting = context.run(steps.send, None)
+        except StopIteration as finished:
+            return wire_result(finished.value, tool)
+        # It waits: the rest runs in a task of its own, awaited on every path. The SDK
+        # cancels this handler when the client cancels the request; that must reach the
+        # call as its signal (it then ends ABORTED, observers notified), never as a
+        # CancelledError inside it.
+        task = asyncio.get_running_loop().create_task(_resume(steps, waiting), context=context)
+        try:
+            await asyncio.shield(task)
         except asyncio.CancelledError:
             controller.cancel("cancelled by the MCP client")
             with anyio.CancelScope(shield=True):
                 await asyncio.wait((task,))
             raise
         return wire_result(task.result(), tool)
+
+
+async def _resume(steps: Coroutine[Any, Any, T], waiting: Any) -> T:
+    """Finish ``steps``, a coroutine suspended on ``waiting`` after its first step."""
+    return await _stepped(steps, waiting)
+
+
+@pytypes.coroutine
+def _stepped(steps: Coroutine[Any, Any, T], waiting: Any) -> Generator[Any, Any, T]:
+    step: Callable[[Any], Any]
+    while True:
+        try:
+            value = yield waiting
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:  # delivered to the code that waits, as a task would
+            step, argument = steps.throw, exc
+        else:
+            step, argument = steps.send, value
+        try:
+            waiting = step(argument)
+        except StopIteration as finished:
+            return cast(T, finished.value)
 
 
 class _Run:
