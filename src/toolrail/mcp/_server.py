@@ -32,6 +32,7 @@ from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import CancelController, Tool, ToolCall, ToolRegistry, __version__
 from ._wire import wire_result, wire_tool
@@ -124,6 +125,7 @@ class _View:
     async def list_tools(
         self, ctx: ServerRequestContext[_Run], params: types.PaginatedRequestParams
     ) -> dict[str, Any]:
+        ctx.lifespan_context.track(ctx.session)  # whoever has a listing hears of changes
         schemas = self.registry.schemas(self.scope)
         tools = tuple(self.registry.get(schema.name, self.scope) for schema in schemas)
         if tools != self._listed:
@@ -219,11 +221,19 @@ class _Run:
         self.changed.set()
 
     def track(self, session: Any) -> None:
-        """Remember the connection of a handshake-era session until it closes."""
+        """Remember the connection of a handshake-era session until it closes.
+
+        Called when the client is initialized and on every listing, so a client that
+        has a listing always hears of later changes.
+        """
         # mcp 2.x hands low-level handlers the per-request ``ServerSession`` only; its
         # ``Connection`` (public on the SDK's own ``Context``) is not exposed there yet.
         connection = getattr(session, "_connection", None)
-        if not isinstance(connection, Connection) or connection in self.connections:
+        if (
+            not isinstance(connection, Connection)
+            or connection in self.connections
+            or connection.protocol_version in MODERN_PROTOCOL_VERSIONS  # they listen instead
+        ):
             return
         self.connections.add(connection)
         connection.exit_stack.callback(self.connections.discard, connection)
