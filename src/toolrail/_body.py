@@ -26,6 +26,7 @@ from ._outcome import (
     Unrenderable,
     aborted,
     aborted_before_dispatch,
+    discard,
     error,
     from_exception,
     frozen_blocks,
@@ -135,8 +136,7 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
             value, content, meta = out.value, out.content, out.meta
         elif isinstance(out, TextContent | ImageContent):
             value, content = None, (out,)
-        elif (isinstance(out, list | tuple) and out
-              and all(isinstance(b, TextContent | ImageContent) for b in out)):
+        elif _is_content_list(out):
             value, content = None, out
         else:
             value = out
@@ -149,6 +149,7 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
     except Unrenderable as exc:
         return invalid_output(name, f"value cannot be rendered as text: {exc}")
     except Exception as exc:
+        discard(out)  # a coroutine returned as a value is never awaited: close it
         return invalid_output(name, message_of(exc))
     try:
         content = frozen_blocks(content)
@@ -156,3 +157,12 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
     except Exception:
         return error("tool result must be losslessly JSON-serializable")
     return make_result(content, False, value, None, meta, (), concludes)
+
+
+def _is_content_list(out: Any) -> bool:
+    if not isinstance(out, list | tuple):
+        return False
+    try:
+        return bool(out) and all(isinstance(b, TextContent | ImageContent) for b in out)
+    except Exception:  # unreadable: the snapshot reports it, with its path
+        return False

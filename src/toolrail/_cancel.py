@@ -70,6 +70,8 @@ class CancelSignal:
         callbacks = self._callbacks
         if callbacks is not None:
             callbacks.pop(key, None)
+            if not callbacks:
+                self._callbacks = {}  # dicts never shrink: drop a peak-sized empty table
 
     async def wait(self) -> None:
         """Return once the signal has fired."""

@@ -230,6 +230,7 @@ async def _walk_pre(chain: tuple[Callable[..., Any], ...], execution: Execution)
             return out
         if (kind is Deny or kind is Ask) and isinstance(out.reason, str):
             return out if type(out.reason) is str else kind(str.__str__(out.reason))
+        discard(out)
         raise Invalid(f"pre-execute middleware returned {safe_repr(out)}, not Allow, Deny or Ask")
 
     return await at(0)
@@ -270,7 +271,8 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
         if watch.fired:
             return None
     try:
-        answer = ApprovalOutcome(outcome) if isinstance(outcome, str) else None
+        # read by its value, like reasons: a str subclass cannot lie through __eq__
+        answer = ApprovalOutcome(str.__str__(outcome)) if isinstance(outcome, str) else None
     except ValueError:
         answer = None
     if answer is ApprovalOutcome.ALLOWED_ONCE:
@@ -281,6 +283,7 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
         return Deny(f'approval for tool "{name}" was cancelled')
     if answer is ApprovalOutcome.UNAVAILABLE:
         return Deny(f'tool "{name}" requires approval, but no approval channel is available')
+    discard(outcome)
     raise Invalid(f"approver returned an invalid outcome: {safe_repr(outcome)}")
 
 
@@ -331,13 +334,15 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
 
 def _dispatched(state: CallState, result: ToolResult) -> None:
     """Stage 9, and whether the call ended before its body could start."""
-    if state.deferred:
-        state.trusted = False
-        try:
+    try:
+        if state.deferred:
+            state.trusted = False
             result = replace_result(result, contexts=(*state.deferred, *result.contexts))
-        except Exception:
-            result = replace_result(result, contexts=tuple(state.deferred))
-    info = result.error
+        info = result.error
+    except Exception:  # a middleware's result whose fields cannot be read
+        state.trusted = True
+        state.end(FINAL, error("tool result must be losslessly JSON-serializable"))
+        return
     skipped = type(info) is ErrorInfo and info.code == "ABORTED_BEFORE_DISPATCH"
     state.end(NOT_STARTED if skipped else DISPATCHED, result)
 
@@ -354,6 +359,7 @@ async def _walk_around(chain: tuple[Callable[..., Any], ...], execution: Executi
             out = await out
         if isinstance(out, ToolResult):
             return out
+        discard(out)
         raise Invalid(f"around-execute middleware returned {safe_repr(out)}, not a ToolResult")
 
     return await at(0)
@@ -387,10 +393,10 @@ def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
     execution = state.execution
     result = state.result
     assert result is not None
-    if state.invoked and state.caller.cancelled and not result.is_error:
-        result = aborted(result.contexts)
     if not state.trusted:
         result = materialize(result)
+    if state.invoked and state.caller.cancelled and not result.is_error:
+        result = aborted(result.contexts)
     if state.finalize is not None:
         result = _finalize(state.finalize, execution, result)
     observers = registry._chains.for_call(Stage.RESULT, execution._scope)
@@ -411,12 +417,20 @@ async def _walk_post(chain: tuple[Callable[..., Any], ...], execution: Execution
             out = await out
         if _valid_post(out):
             return out
+        discard(out)
         raise Invalid(f"post-execute middleware returned {safe_repr(out)}, not Accept or Block")
 
     return await at(0)
 
 
 def _valid_post(out: Any) -> bool:
+    try:
+        return _well_formed(out)
+    except Exception:  # a decision whose content cannot even be read is not valid
+        return False
+
+
+def _well_formed(out: Any) -> bool:
     if isinstance(out, Accept):
         content = out.content
         return (content is None or isinstance(content, str) or _is_blocks(content)) and (
