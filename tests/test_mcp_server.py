@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -447,3 +448,28 @@ async def test_handshake_clients_are_told_the_server_sends_list_changed() -> Non
 def test_server_takes_a_registry() -> None:
     with pytest.raises(TypeError, match="server\\(\\) takes a ToolRegistry, got str"):
         toolrail.mcp.server("registry")  # type: ignore[arg-type]
+
+
+def test_the_package_facade_lists_exactly_its_public_names() -> None:
+    assert toolrail.mcp.__all__ == [
+        "Attachment",
+        "Changes",
+        "attach",
+        "connect",
+        "serve_http",
+        "serve_stdio",
+        "server",
+    ]
+
+
+def test_importing_toolrail_imports_neither_mcp_nor_opentelemetry() -> None:
+    probe = (
+        "import sys, toolrail, toolrail.otel\n"
+        "loaded = sorted(name for name in sys.modules\n"
+        "                if name.split('.')[0] in ('mcp', 'mcp_types', 'opentelemetry'))\n"
+        "print(loaded)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=WAIT, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -88,7 +88,7 @@ class Attachment:
         prefix: str = "",
         tool_timeout: float | None = None,
     ) -> None:
-        self.check(target, prefix)
+        _check(target, prefix)
         self.target = target
         self.session = session
         self.prefix = prefix
@@ -96,19 +96,6 @@ class Attachment:
         self.closed = False
         self._remotes: dict[str, _Remote] = {}
         self._lock = anyio.Lock()
-
-    @staticmethod
-    def check(target: object, prefix: object) -> None:
-        """Raise for a target that is not a registry or scope, or an invalid prefix."""
-        if not isinstance(target, ToolRegistry | Scope):
-            raise TypeError(
-                f"attach() takes a ToolRegistry or a Scope, got {type(target).__name__}"
-            )
-        if not isinstance(prefix, str) or PREFIX.fullmatch(prefix) is None:
-            raise ValueError(
-                f"invalid prefix {prefix!r}: use up to 100 characters from "
-                'A-Z, a-z, 0-9, "_", "-" and "."'
-            )
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._remotes)} tools"
@@ -261,6 +248,16 @@ class _RemoteCall:
         return ToolOutput(value=value, content=content or None)
 
 
+def _check(target: object, prefix: object) -> None:
+    if not isinstance(target, ToolRegistry | Scope):
+        raise TypeError(f"attach() takes a ToolRegistry or a Scope, got {type(target).__name__}")
+    if not isinstance(prefix, str) or PREFIX.fullmatch(prefix) is None:
+        raise ValueError(
+            f"invalid prefix {prefix!r}: use up to 100 characters from "
+            'A-Z, a-z, 0-9, "_", "-" and "."'
+        )
+
+
 def _remote_error(result: types.CallToolResult, content: tuple[Content, ...]) -> ToolError:
     info = (result.meta or {}).get(ERROR_META)
     if isinstance(info, Mapping) and isinstance(info.get("message"), str):
@@ -320,7 +317,7 @@ def connect(
     ``refresh()``. On exit the tools are removed, then the session and its transport
     (the subprocess, too) are closed.
     """
-    Attachment.check(registry_or_scope, prefix)
+    _check(registry_or_scope, prefix)
     if sum(source is not None for source in (command, url, server)) != 1:
         raise ValueError("connect() takes exactly one of command=, url= and server=")
     if command is None and (args or env is not None or cwd is not None):
