@@ -3,10 +3,11 @@
 * ``tools/list`` is ``registry.schemas(scope)`` with each tool's ``outputSchema``
   (wrapped when it is not an object schema, see ``_wire``) and ``annotations``.
 * ``tools/call`` runs the full pipeline: ``registry.execute`` with the JSON-RPC request
-  id as ``call_id`` and the signal of a fresh ``CancelController``. The call runs in a
-  task of its own so that the client's ``notifications/cancelled`` (which the SDK
-  delivers by cancelling the handler) only *fires that signal*: the pipeline then ends
-  the call as ``ABORTED``, with its observers notified, and the handler waits for it.
+  id as ``call_id`` and the signal of a fresh ``CancelController``. The call's first
+  step runs in the handler; a call that then waits continues in a task of its own, so
+  that the client's ``notifications/cancelled`` (which the SDK delivers by cancelling
+  the handler) only *fires that signal*: the pipeline ends the call as ``ABORTED``,
+  observers notified, and the handler waits for it.
 * A registry change that alters what the scope sees is announced once per burst:
   ``notifications/tools/list_changed`` to every handshake-era connection, and a
   ``ToolsListChanged`` event to every 2026-era ``subscriptions/listen`` stream.
