@@ -156,8 +156,9 @@ async def test_over_stdio_a_cancelled_request_aborts_the_call_in_the_server() ->
 # ---- over streamable HTTP, in a subprocess ------------------------------------------------
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
+    """One server process for the module's HTTP tests (each grows its own tool names)."""
     with http_server() as url:
         yield url
 
@@ -171,14 +172,32 @@ async def test_over_streamable_http_tools_list_calls_and_list_changed_work(http_
         await session.initialize()
         tools = tools_by_name(await session.list_tools())
         added = await session.call_tool("add", {"a": 20, "b": 22})
-        await session.call_tool("grow", {"name": "extra"})
+        await session.call_tool("grow", {"name": "extra_2025"})
         await changes.wait()
         grown = tools_by_name(await session.list_tools())
 
     assert "add" in tools
-    assert "extra" not in tools
+    assert "extra_2025" not in tools
     assert added.structured_content == {"result": 42}
-    assert "extra" in grown
+    assert "extra_2025" in grown
+
+
+async def test_over_streamable_http_a_2026_client_listens_and_cancels(http_url: str) -> None:
+    async with mcp.Client(http_url, cache=None) as client:
+        assert client.protocol_version == "2026-07-28"
+        async with client.listen(tools_list_changed=True) as subscription:
+            await client.call_tool("grow", {"name": "extra_2026"})
+            event = await asyncio.wait_for(anext(aiter(subscription)), WAIT)
+        slow = asyncio.ensure_future(client.call_tool("slow", {}))
+        await client.call_tool("wait_started", {})
+        slow.cancel()  # on this wire: the request's POST is abandoned
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        outcomes = await client.call_tool("outcomes", {})
+
+    assert type(event).__name__ == "ToolsListChanged"
+    assert outcomes.structured_content is not None
+    assert "slow:ABORTED" in outcomes.structured_content["result"]
 
 
 # ---- in memory ----------------------------------------------------------------------------
