@@ -400,6 +400,31 @@ async def test_a_call_that_waits_keeps_its_context_from_first_step_to_last() -> 
     assert current.get() == "none"
 
 
+async def test_a_tool_body_runs_in_one_task_from_its_first_step_to_its_last() -> None:
+    # A body that enters asyncio.timeout (or an anyio cancel scope, as httpx does) before
+    # it first waits must still be in the same task when it leaves it.
+    registry = tr.ToolRegistry()
+    tasks: list[asyncio.Task[Any] | None] = []
+
+    async def waits(arguments: tr.JsonValue, context: tr.RunContext) -> str:
+        tasks.append(asyncio.current_task())
+        async with asyncio.timeout(5):
+            resumed = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(resumed.set_result, None)
+            await resumed
+        tasks.append(asyncio.current_task())
+        return "done"
+
+    registry.register(
+        tr.Tool(name="waits", description="", parameters={"type": "object"}, execute=waits)
+    )
+    async with memory_session(toolrail.mcp.server(registry)) as client:
+        result = await asyncio.wait_for(client.session.call_tool("waits", {}), WAIT)
+
+    assert (text_of(result), result.is_error) == ("done", False)
+    assert tasks[0] is tasks[1]
+
+
 async def test_tools_list_changes_when_a_visible_tool_is_added_replaced_or_removed() -> None:
     registry = tr.ToolRegistry()
     changes = ListChanges()

@@ -20,12 +20,10 @@ streams, and the task that sends the notifications.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-import types as pytypes
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Hashable, Mapping
+from collections.abc import AsyncIterator, Hashable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
 from mcp import types
@@ -162,19 +160,13 @@ class _View:
             signal=controller.signal,
         )
         tool = self.registry.get(name, self.scope)
-        # The call's first step runs right here, as a 3.12 eager task would: a call that
-        # never waits (most quick tools) costs no task and no turn of the event loop.
-        context = contextvars.copy_context()
-        steps = self.registry.execute(call)
-        try:
-            waiting = context.run(steps.send, None)
-        except StopIteration as finished:
-            return wire_result(finished.value, tool)
-        # It waits: the rest runs in a task of its own, awaited on every path. The SDK
-        # cancels this handler when the client cancels the request; that must reach the
-        # call as its signal (it then ends ABORTED, observers notified), never as a
-        # CancelledError inside it.
-        task = asyncio.get_running_loop().create_task(_resume(steps, waiting), context=context)
+        # The call runs in a task of its own, awaited on every path. The SDK cancels this
+        # handler when the client cancels the request; that must reach the call as its
+        # signal (it then ends ABORTED, observers notified), never as a CancelledError
+        # inside it. (Running the call's first step here instead, to save the task,
+        # would start tool bodies in one task and finish them in another: a body's
+        # asyncio.timeout or anyio cancel scope would then belong to the wrong task.)
+        task = asyncio.get_running_loop().create_task(self.registry.execute(call))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -183,30 +175,6 @@ class _View:
                 await asyncio.wait((task,))
             raise
         return wire_result(task.result(), tool)
-
-
-async def _resume(steps: Coroutine[Any, Any, T], waiting: Any) -> T:
-    """Finish ``steps``, a coroutine suspended on ``waiting`` after its first step."""
-    return await _stepped(steps, waiting)
-
-
-@pytypes.coroutine
-def _stepped(steps: Coroutine[Any, Any, T], waiting: Any) -> Generator[Any, Any, T]:
-    step: Callable[[Any], Any]
-    while True:
-        try:
-            value = yield waiting
-        except GeneratorExit:
-            steps.close()
-            raise
-        except BaseException as exc:  # delivered to the code that waits, as a task would
-            step, argument = steps.throw, exc
-        else:
-            step, argument = steps.send, value
-        try:
-            waiting = step(argument)
-        except StopIteration as finished:
-            return cast(T, finished.value)
 
 
 class _Run:
