@@ -8,7 +8,7 @@ from typing import Any
 
 import toolrail as tr
 
-from ._timing import Figure, ameasure, measure
+from ._timing import Figure, ainterleave, measure
 
 ARGS = {"path": "/tmp/notes.txt", "offset": 3, "limit": 10}
 
@@ -47,19 +47,17 @@ def _with_middleware() -> tr.ToolRegistry:
     return registry
 
 
-async def execute_figures(number: int, repeat: int) -> list[Figure]:
+async def execute_figures(repeat: int, target: float) -> list[Figure]:
     plain = tr.ToolRegistry()
     plain.register(_raw_tool())
     stacked = _with_middleware()
     call = tr.ToolCall(call_id="c1", name="read", arguments=ARGS)
-    return [
-        await ameasure("floor: bare `await fn(**args)`", lambda: _read(**ARGS),
-                       number=number, repeat=repeat),
-        await ameasure("execute(): raw async tool, no middleware",
-                       lambda: plain.execute(call), number=number, repeat=repeat),
-        await ameasure("execute(): one pass-through in every stage",
-                       lambda: stacked.execute(call), number=number, repeat=repeat),
-    ]
+    # Interleaved rounds: a burst of load on the shared machine hits every case alike.
+    return await ainterleave(
+        [("floor: bare `await fn(**args)`", lambda: _read(**ARGS)),
+         ("execute(): raw async tool, no middleware", lambda: plain.execute(call)),
+         ("execute(): one pass-through in every stage", lambda: stacked.execute(call))],
+        repeat=repeat, target=target)
 
 
 def _big_registry() -> tuple[tr.ToolRegistry, list[tr.Scope]]:
@@ -129,7 +127,7 @@ def snapshot_figures(number: int, repeat: int) -> list[Figure]:
 
 async def main(quick: bool) -> list[Figure]:
     number, repeat = (200, 3) if quick else (20_000, 7)
-    figures = await execute_figures(number, repeat)
+    figures = await execute_figures(*((3, 0.002) if quick else (21, 0.02)))
     figures += view_figures(number, repeat)
     figures += snapshot_figures(number, repeat)
     return figures

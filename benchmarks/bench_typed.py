@@ -10,7 +10,7 @@ from typing_extensions import TypedDict
 
 import toolrail as tr
 
-from ._timing import Figure, ameasure
+from ._timing import Figure, ainterleave
 
 ARGS = {"path": "/tmp/notes.txt", "offset": 3, "limit": 10}
 
@@ -26,7 +26,7 @@ class _Args(TypedDict):
     limit: int
 
 
-async def call_figures(number: int, repeat: int) -> list[Figure]:
+async def call_figures(repeat: int, target: float) -> list[Figure]:
     adapter = TypeAdapter(_Args)
     registry = tr.ToolRegistry()
     registry.register(tr.tool(read))
@@ -35,12 +35,11 @@ async def call_figures(number: int, repeat: int) -> list[Figure]:
     async def floor() -> str:
         return await read(**adapter.validate_python(tr.snapshot_json(ARGS)))
 
-    return [
-        await ameasure("floor: TypeAdapter.validate_python + snapshot + await fn(**args)",
-                       floor, number=number, repeat=repeat),
-        await ameasure("execute(): typed async tool, 3 scalar parameters",
-                       lambda: registry.execute(call), number=number, repeat=repeat),
-    ]
+    # Interleaved rounds: a burst of load on the shared machine hits both alike.
+    return await ainterleave(
+        [("floor: TypeAdapter.validate_python + snapshot + await fn(**args)", floor),
+         ("execute(): typed async tool, 3 scalar parameters", lambda: registry.execute(call))],
+        repeat=repeat, target=target)
 
 
 def decoration_figure(count: int) -> Figure:
@@ -64,8 +63,8 @@ def decoration_figure(count: int) -> Figure:
 
 
 async def main(quick: bool) -> list[Figure]:
-    number, repeat = (200, 3) if quick else (20_000, 7)
-    figures = await call_figures(number, repeat)
+    repeat, target = (3, 0.002) if quick else (21, 0.02)
+    figures = await call_figures(repeat, target)
     figures.append(decoration_figure(100 if quick else 1000))
     return figures
 
