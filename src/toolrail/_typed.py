@@ -138,9 +138,11 @@ class _Signature:
         self._nested_extra = extra if has_schema(schema, MODELS) else None
         # Only an ``Any`` position hands the input object itself to the body; without
         # one, a shallow copy of the frozen top level is enough for plain values.
-        self._copy: Callable[[Any], Any] = thaw if has_schema(schema, {"any"}) else dict
+        self.copy: Callable[[Any], Any] = thaw if has_schema(schema, {"any"}) else dict
+        quick = not strict and self._nested_extra is None
+        self.quick: Callable[[Any], Any] | None = self.validator.validate_python if quick else None
         self.returns = returns
-        self._plain_return = returns if returns in (str, int, bool) else _NO_MATCH
+        self.plain_return = returns if returns in (str, int, bool) else _NO_MATCH
         self.output: TypeAdapter[Any] | None = None
         self.output_schema: FrozenDict | None = None
         if returns is not _NO_ANNOTATION and not _is_content_annotation(returns):
@@ -222,16 +224,19 @@ class _Signature:
             elif self._nested_extra is None:
                 # Lax validation of plain JSON data (thawed, so ``Any`` values arrive as
                 # lists and dicts) is JSON-mode validation without printing and parsing.
-                validated = self.validator.validate_python(self._copy(arguments))
+                validated = self.validator.validate_python(self.copy(arguments))
             else:
-                validated = self.validator.validate_python(self._copy(arguments),
+                validated = self.validator.validate_python(self.copy(arguments),
                                                            extra=self._nested_extra)
             return validated  # type: ignore[no-any-return]
         except ValidationError as exc:
-            violations = tuple(violation(e, self._core_schema, root="")
-                               for e in exc.errors())
-            raise ToolArgsError("invalid arguments: " + "; ".join(violations),
-                                violations=violations) from None
+            raise self.args_error(exc) from None
+
+    def args_error(self, exc: ValidationError) -> ToolArgsError:
+        """The ``ToolArgsError`` for a failed validation, in the spec's words."""
+        violations = tuple(violation(e, self._core_schema, root="") for e in exc.errors())
+        return ToolArgsError("invalid arguments: " + "; ".join(violations),
+                             violations=violations)
 
     def soft_validate(self, arguments: JsonValue) -> dict[str, Any] | None:
         try:
@@ -241,7 +246,7 @@ class _Signature:
 
     def canonical(self, name: str, value: Any) -> Any:
         """The return value validated against the annotation and dumped as JSON."""
-        if type(value) is self._plain_return:
+        if type(value) is self.plain_return:
             return value  # a str, int or bool for that very annotation: nothing to convert
         adapter = self.output
         if adapter is None or isinstance(value, _CONTENT_TYPES) or _is_content_list(value):
@@ -288,10 +293,21 @@ class _AsyncBody(TypedBody):
         return self.finish(context.name, await self.start(arguments, context))
 
     def start(self, arguments: JsonValue, context: RunContext) -> Any:
+        spec = self._spec
+        if spec.quick is not None and type(arguments) is FrozenDict:
+            # The common case, with no call in between: lax, no nested models.
+            try:
+                kwargs = spec.quick(spec.copy(arguments))
+            except ValidationError as exc:
+                raise spec.args_error(exc) from None
+            if self._context is not None:
+                kwargs[self._context] = context
+            return self._call(**kwargs)
         return self._call(**self._kwargs(arguments, context))
 
     def finish(self, name: str, value: Any) -> Any:
-        return self._spec.canonical(name, value)
+        spec = self._spec
+        return value if type(value) is spec.plain_return else spec.canonical(name, value)
 
 
 class _SyncBody(TypedBody):
