@@ -19,7 +19,8 @@ class Figure:
     max_us: float
 
     def row(self) -> str:
-        return (f"{self.label:<58} {self.median_us:>10.3f} µs"
+        unit = "ms" if "(ms" in self.label else "µs"  # a few figures are whole batches
+        return (f"{self.label:<58} {self.median_us:>10.3f} {unit}"
                 f"   (min {self.min_us:.3f}, max {self.max_us:.3f})")
 
 
