@@ -2,7 +2,8 @@
 
     python3 scripts/dev.py demo   # create .venv, install toolrail, run `toolrail demo`
     python3 scripts/dev.py test   # create .venv, install toolrail[dev], run the test suite
-    python3 scripts/dev.py bench  # run the benchmarks
+    python3 scripts/dev.py bench  # run the benchmarks (--quick for a smoke run)
+    python3 scripts/dev.py check  # ruff and mypy --strict over src and tests
 
 The virtualenv is (re)installed only when pyproject.toml changed since the last install.
 """
@@ -52,6 +53,10 @@ def main(argv: list[str]) -> int:
     if command == "test":
         ensure_venv("dev,bench")
         return run(str(PY), "-m", "pytest", *rest)
+    if command == "check":
+        ensure_venv("dev,bench")
+        lint = run(str(BIN / "ruff"), "check", "src", "tests", "benchmarks")
+        return lint or run(str(BIN / "mypy"), "src", "tests")
     if command == "bench":
         ensure_venv("dev,bench")
         return run(str(PY), "benchmarks/run.py", *rest)
