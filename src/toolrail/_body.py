@@ -64,7 +64,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
         watch.follow(installed)
     timer = None
     if tool.timeout is not None:
-        timer = asyncio.get_running_loop().call_later(tool.timeout, watch.fire, "timeout")
+        timer = asyncio.get_running_loop().call_later(tool.timeout, watch.expire)
     state.invoked = True
     failure: ToolResult | None = None
     try:
@@ -77,7 +77,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     except asyncio.CancelledError as exc:
         if watch.external:
             raise
-        if not watch.fired:
+        if not (watch.fired and entry.interrupts):
             failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
         failure = from_exception(exc)
@@ -90,7 +90,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
             state.deferred.extend(context._deferred)
     if watch.external:
         raise asyncio.CancelledError  # the body swallowed a cancellation of this task
-    if watch.fired and tool.timeout is not None and context._fired == "timeout":
+    if watch.timed_out:
         return error(f"tool call timed out after {tool.timeout:g}s", "TOOL_TIMEOUT",
                      "ToolTimeoutError")
     if watch.fired and entry.interrupts:

@@ -58,7 +58,7 @@ class Entry:
         self.kind = kind
         # An async interrupt body without a timeout can be awaited with nothing watching.
         # An async interrupt body is awaited in the calling task, interruptibly.
-        self.interrupts = tool.cancellation == "interrupt"
+        self.interrupts = tool.cancellation == "interrupt" and kind != "thread"
         self.fast = kind == "async" and self.interrupts
         body: Any = tool.execute
         halves = kind == "async" and isinstance(body, CheckedBody)

@@ -26,10 +26,11 @@ from ._pipeline import (
     READY,
     CallState,
     begin,
-    commit,
     commit_now,
     decide,
     decide_now,
+    finish,
+    post_execute,
     resolve,
     run_dispatch,
 )
@@ -208,13 +209,18 @@ class _Driver:
             if slot is not None and slot.settled:
                 result = commit_now(self.registry, slot.state)
                 if result is None:
-                    result = await commit(self.registry, slot.state)
+                    await post_execute(self.registry, slot.state)
+                    if self.failure is not None:  # it failed meanwhile: notify nothing more
+                        raise self.failure
+                    result = finish(self.registry, slot.state)
                 return self._committed(slot, result)
             if self.started < total and self._may_start():
                 slot = self._prepare(self.started)
                 state = slot.state
                 if state.phase == READY and not decide_now(self.registry, state):
                     await decide(self.registry, state)
+                    if self.failure is not None:  # it failed meanwhile: dispatch nothing
+                        raise self.failure
                 if state.phase != READY:
                     slot.settled = True  # denied, failed or never started: no pool slot
                 elif self.dispatching == 0 and (not self.parallel or self.started == total):

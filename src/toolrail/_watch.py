@@ -44,6 +44,7 @@ class Watch:
     """
 
     fired = False
+    timed_out = False
     delivered = False  # a CancelledError we caused has reached the awaited code
     external = False
     waiting: asyncio.Future[Any] | None = None
@@ -61,11 +62,18 @@ class Watch:
         if self.fired:
             return
         self.fired = True
-        if self.context is not None:
-            self.context._cancel_body(reason)
         waiting = self.waiting
         if waiting is not None and not self.delivered and waiting.cancel():
             self.delivered = True  # the task wakes with CancelledError at the awaited point
+        if self.context is not None:
+            # Last: the body's own signal callbacks run here, and one may raise.
+            self.context._cancel_body(reason)
+
+    def expire(self) -> None:
+        """The tool's timeout: fire, and remember that the clock did it."""
+        if not self.fired:
+            self.timed_out = True
+            self.fire("timeout")
 
     def cancelled_from_outside(self) -> None:
         self.external = True
