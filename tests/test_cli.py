@@ -190,3 +190,26 @@ def test_list_prints_a_providers_tool_format(target: str, form: str,
             assert tool[key]["name"] == value["name"]
         else:
             assert tool[key] == value
+
+
+def test_serve_rejects_an_http_address_that_is_not_host_port(target: str) -> None:
+    done = _toolrail("serve", target, "--http", "8000")
+    assert done.returncode == 2
+    assert done.stderr == ("toolrail: --http '8000' is not HOST:PORT, e.g. 127.0.0.1:8000\n")
+
+
+async def test_serve_speaks_mcp_over_stdio_to_the_sdks_client(target: str) -> None:
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "toolrail", "serve", target, "--scope", "agent"])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await asyncio.wait_for(session.initialize(), 30)
+        listing = await asyncio.wait_for(session.list_tools(), 30)
+        result = await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+
+    assert sorted(tool.name for tool in listing.tools) == ["add", "fail", "secret"]
+    assert result.structured_content == {"result": 5}
+    assert result.is_error is False
