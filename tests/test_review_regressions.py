@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -175,3 +175,37 @@ async def test_after_a_scheduler_failure_a_commit_in_progress_notifies_nothing()
         await asyncio.wait_for(registry.run(calls, max_parallel=2), WAIT)
 
     assert notified == []
+
+
+@tr.tool
+def takes_sequences(xs: Sequence[int], nested: dict[str, Sequence[int]]) -> str:
+    """Report the types the body received."""
+    return f"{type(xs).__name__} {type(nested['a']).__name__}"
+
+
+@tr.tool
+def takes_a_union(x: list[int | bool] | str) -> str:
+    """Accept a list of ints or bools, or a string."""
+    return "ok"
+
+
+async def test_lax_validation_hands_the_body_lists_as_json_mode_would() -> None:
+    registry = tr.ToolRegistry()
+    registry.register(takes_sequences)
+    call = tr.ToolCall(call_id="1", name="takes_sequences",
+                       arguments={"xs": [1, 2], "nested": {"a": [1]}})
+    result = await registry.execute(call)
+
+    assert result.text == "list list"
+
+
+async def test_violation_paths_leave_out_union_member_tags_at_every_level() -> None:
+    registry = tr.ToolRegistry()
+    registry.register(takes_a_union)
+    result = await registry.execute(
+        tr.ToolCall(call_id="1", name="takes_a_union", arguments={"x": [1, "a"]}))
+
+    assert result.text == (
+        'Error: invalid arguments: "x[1]": Input should be a valid integer, unable to parse '
+        'string as an integer; "x[1]": Input should be a valid boolean, unable to interpret '
+        'input; "x": Input should be a valid string')

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MODELS", "has_schema", "tidy", "violation"]
+__all__ = ["CONTAINERS", "MODELS", "has_schema", "tidy", "violation"]
+
+CONTAINERS = frozenset({
+    "any", "list", "tuple", "set", "frozenset", "dict", "generator", "model", "dataclass",
+    "typed-dict", "definitions", "definition-ref", "is-instance", "json-or-python",
+})
+"""Core schema kinds below which a value may hold a snapshot's tuples or FrozenDicts."""
 
 
 def tidy(schema: dict[str, Any], forbid: bool, *, open_objects: bool = False) -> dict[str, Any]:
@@ -113,10 +119,11 @@ def _choice(node: dict[str, Any], tag: str) -> Any:
     choices = node.get("choices", ())
     if isinstance(choices, dict):
         return choices.get(tag)
+    kind = tag.split("[", 1)[0]  # pydantic tags a list[int] member "list[int]"
     for choice in choices:
         schema, label = choice if isinstance(choice, tuple) else (choice, None)
         cls = schema.get("cls") if isinstance(schema, dict) else None
-        if tag in (label, getattr(cls, "__name__", None), schema.get("type")):
+        if tag in (label, getattr(cls, "__name__", None)) or kind == schema.get("type"):
             return schema
     return None  # unknown member: the rest of the path is taken as it is
 

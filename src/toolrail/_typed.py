@@ -29,7 +29,7 @@ from ._errors import ToolArgsError, ToolOutputError
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, snapshot_json, thaw
 from ._results import ImageContent, TextContent, ToolOutput, ToolResult
-from ._schemas import MODELS, has_schema, tidy, violation
+from ._schemas import CONTAINERS, MODELS, has_schema, tidy, violation
 from ._tool import Tool
 
 __all__ = ["TypedBody", "tool"]
@@ -136,9 +136,10 @@ class _Signature:
         # The per-call ``extra`` reaches into nested models whatever their own config;
         # without nested models the validator's own setting already says it all.
         self._nested_extra = extra if has_schema(schema, MODELS) else None
-        # Only an ``Any`` position hands the input object itself to the body; without
-        # one, a shallow copy of the frozen top level is enough for plain values.
-        self.copy: Callable[[Any], Any] = thaw if has_schema(schema, {"any"}) else dict
+        # Lax validation is pydantic's Python mode over plain JSON data: the snapshot is
+        # thawed so arrays arrive as lists (a ``Sequence`` field keeps what it gets) and
+        # objects as dicts; for scalar fields only, a shallow copy of the top is enough.
+        self.copy: Callable[[Any], Any] = thaw if has_schema(schema, CONTAINERS) else dict
         quick = not strict and self._nested_extra is None
         self.quick: Callable[[Any], Any] | None = self.validator.validate_python if quick else None
         self.returns = returns
@@ -222,8 +223,8 @@ class _Signature:
                 validated = self.validator.validate_json(json.dumps(arguments), strict=True,
                                                          extra=self.extra)
             elif self._nested_extra is None:
-                # Lax validation of plain JSON data (thawed, so ``Any`` values arrive as
-                # lists and dicts) is JSON-mode validation without printing and parsing.
+                # Lax validation of plain JSON data: JSON-mode validation without
+                # printing and parsing (see ``copy``).
                 validated = self.validator.validate_python(self.copy(arguments))
             else:
                 validated = self.validator.validate_python(self.copy(arguments),
@@ -234,7 +235,9 @@ class _Signature:
 
     def args_error(self, exc: ValidationError) -> ToolArgsError:
         """The ``ToolArgsError`` for a failed validation, in the spec's words."""
-        violations = tuple(violation(e, self._core_schema, root="") for e in exc.errors())
+        # Each violation once, even when several union members report the same one.
+        violations = tuple(dict.fromkeys(
+            violation(e, self._core_schema, root="") for e in exc.errors()))
         return ToolArgsError("invalid arguments: " + "; ".join(violations),
                              violations=violations)
 
