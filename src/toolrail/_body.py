@@ -39,7 +39,7 @@ from ._watch import Watch, wait_out, watched
 
 if TYPE_CHECKING:
     from ._entry import Entry
-    from ._pipeline import CallState
+    from ._state import CallState
 
 __all__ = ["body_result", "core"]
 

@@ -2,7 +2,7 @@
 
 *Prepare* is stages 1-7 (``begin``, then ``decide``: snapshot, pre-execute, approval,
 guards), *dispatch* stages 8-9 (``resolve``, then ``run_dispatch``: around-execute and
-the body, see ``_body``) and *commit* stages 10-13 (``commit``: post-execute,
+the body, see ``_body``) and *commit* stages 10-13 (``commit``, see ``_commit``: post-execute,
 materialize, finalize content, observers). ``execute`` is the three in a row; the
 scheduler overlaps only dispatch. ``decide_now`` and ``commit_now`` do their stages
 without an ``await`` when no middleware needs one.
@@ -20,41 +20,34 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any, Final
 
 from ._body import core
 from ._cancel import CancelSignal
 from ._chains import Stage
-from ._decisions import UNSET, Accept, Allow, ApprovalOutcome, ApprovalRequest, Ask, Block, Deny
-from ._errors import ToolOutputError
+from ._commit import finish, post_execute
+from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
 from ._execution import Execution, ExecutionToken
 from ._json import MISSING, snapshot_json
 from ._outcome import (
     Invalid,
-    Unrenderable,
-    aborted,
     aborted_before_dispatch,
     discard,
     error,
     from_exception,
-    frozen_blocks,
-    materialize,
-    message_of,
-    render,
     replace_result,
     safe_repr,
 )
-from ._results import ContextMessage, ErrorInfo, ImageContent, TextContent, ToolResult
+from ._results import ErrorInfo, ToolResult
+from ._state import DENIED, DISPATCHED, FINAL, NOT_STARTED, READY, CallState
 from ._tool import ToolCall
 from ._watch import Watch, watched
 
 if TYPE_CHECKING:
-    from ._entry import Entry
     from ._registry import ToolRegistry
 
 __all__ = [
-    "CallState",
     "begin",
     "commit",
     "commit_now",
@@ -68,38 +61,6 @@ __all__ = [
 _NEVER: Final = CancelSignal.never()
 
 _ALLOW: Final = Allow()
-_ACCEPT: Final = Accept()
-
-# Where a call stands between stages.
-READY: Final = 0  # prepared; dispatch next
-DENIED: Final = 1  # denied in prepare; post-execute sees the denial
-DISPATCHED: Final = 2  # has its dispatch result; post-execute next
-FINAL: Final = 3  # a final error: straight to materialize
-NOT_STARTED: Final = 4  # ABORTED_BEFORE_DISPATCH: straight to materialize
-
-
-class CallState:
-    """One call between its stages."""
-
-    __slots__ = ("caller", "deferred", "entry", "execution", "finalize", "invoked", "phase",
-                 "result", "trusted")
-
-    def __init__(self, execution: Execution, caller: CancelSignal,
-                 finalize: Callable[..., Any] | None) -> None:
-        self.execution = execution
-        self.caller = caller
-        self.finalize = finalize
-        self.phase = READY
-        self.result: ToolResult | None = None
-        self.entry: Entry | None = None
-        self.invoked = False
-        self.deferred: list[ContextMessage] = []
-        self.trusted = True  # the result was built here, already frozen and consistent
-
-    def end(self, phase: int, result: ToolResult) -> None:
-        self.phase = phase
-        self.result = result
-
 
 async def execute(
     registry: ToolRegistry, call: ToolCall, _scope: Hashable | None = None
@@ -236,7 +197,7 @@ async def _walk_pre(chain: tuple[Callable[..., Any], ...], execution: Execution)
     return await at(0)
 
 
-_DECISIONS: Final = frozenset({Allow, Deny, Ask, Accept, Block})
+_DECISIONS: Final = frozenset({Allow, Deny, Ask})
 
 
 async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Allow | Deny | None:
@@ -363,177 +324,3 @@ async def _walk_around(chain: tuple[Callable[..., Any], ...], execution: Executi
         raise Invalid(f"around-execute middleware returned {safe_repr(out)}, not a ToolResult")
 
     return await at(0)
-
-
-# ---- stages 10-13 -------------------------------------------------------------------
-
-
-async def post_execute(registry: ToolRegistry, state: CallState) -> None:
-    """Stage 10."""
-    execution = state.execution
-    chain = registry._chains.for_call(Stage.POST, execution._scope)
-    if not chain:
-        return
-    result = state.result
-    assert result is not None
-    try:
-        decision = await _walk_post(chain, execution, result)
-        changed = _apply_post(state, decision, result)
-    except Exception as exc:
-        state.trusted = True
-        state.end(FINAL, from_exception(exc))
-        return
-    if changed is not result:
-        state.trusted = False
-        state.result = changed
-
-
-def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
-    """Stages 11-13, after the success-to-ABORTED rule of a cancelled call."""
-    execution = state.execution
-    result = state.result
-    assert result is not None
-    if not state.trusted:
-        result = materialize(result)
-    if state.invoked and state.caller.cancelled and not result.is_error:
-        result = aborted(result.contexts)
-    if state.finalize is not None:
-        result = _finalize(state.finalize, execution, result)
-    observers = registry._chains.for_call(Stage.RESULT, execution._scope)
-    if observers:
-        _notify(registry, observers, execution, result)
-    return result
-
-
-async def _walk_post(chain: tuple[Callable[..., Any], ...], execution: Execution,
-                     result: ToolResult) -> Any:
-    last = len(chain)
-
-    async def at(i: int) -> Any:
-        if i == last:
-            return _ACCEPT
-        out = chain[i](execution, result, lambda: at(i + 1))
-        if type(out) not in _DECISIONS and inspect.isawaitable(out):
-            out = await out
-        if _valid_post(out):
-            return out
-        discard(out)
-        raise Invalid(f"post-execute middleware returned {safe_repr(out)}, not Accept or Block")
-
-    return await at(0)
-
-
-def _valid_post(out: Any) -> bool:
-    try:
-        return _well_formed(out)
-    except Exception:  # a decision whose content cannot even be read is not valid
-        return False
-
-
-def _well_formed(out: Any) -> bool:
-    if isinstance(out, Accept):
-        content = out.content
-        return (content is None or isinstance(content, str) or _is_blocks(content)) and (
-            _is_contexts(out.contexts))
-    if isinstance(out, Block):
-        return (isinstance(out.feedback, str) or _is_blocks(out.feedback)) and _is_contexts(
-            out.contexts)
-    return False
-
-
-def _is_blocks(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str) and all(
-        isinstance(b, TextContent | ImageContent) for b in value)
-
-
-def _is_contexts(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str) and all(
-        isinstance(c, ContextMessage) for c in value)
-
-
-def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) -> ToolResult:
-    if isinstance(decision, Block):
-        feedback = decision.feedback
-        blocks = (TextContent(feedback),) if isinstance(feedback, str) else tuple(feedback)
-        if not blocks or blocks == (TextContent(""),):
-            message = "tool result blocked by post-execute policy"
-            blocks = (TextContent("Error: " + message),)
-        else:
-            message = "\n".join(b.text if isinstance(b, TextContent) else f"[{b.type} content]"
-                                for b in blocks)
-        return ToolResult(blocks, True, None, ErrorInfo(message, "BLOCKED"), None,
-                          tuple(decision.contexts))
-    has_value = decision.value is not UNSET
-    if has_value and decision.content is not None:
-        raise Invalid("post-execute Accept cannot replace both value and content")
-    if not has_value and decision.content is None and not decision.contexts:
-        return result
-    contexts = (*result.contexts, *decision.contexts)
-    if has_value:
-        if result.is_error:
-            raise Invalid("post-execute cannot replace the value of a failed result")
-        value, content = _checked_value(state, decision.value)
-        return replace_result(result, value=value, content=content, contexts=contexts)
-    replacement = decision.content
-    if replacement is not None:
-        blocks = (TextContent(replacement),) if isinstance(replacement, str) else tuple(replacement)
-        return replace_result(result, content=blocks, contexts=contexts)
-    return replace_result(result, contexts=contexts)
-
-
-def _checked_value(state: CallState, raw: Any) -> tuple[Any, tuple[TextContent, ...]]:
-    """A value set by ``Accept(value=...)``, checked as a body's value is."""
-    name = state.execution._name
-    entry = state.entry
-    try:
-        value = snapshot_json(raw)
-        if entry is not None and entry.check_output is not None:
-            violations = entry.check_output(value)
-            if violations:
-                raise _output_error(name, "; ".join(violations))
-        return value, render(value)
-    except Unrenderable as exc:
-        raise _output_error(name, f"value cannot be rendered as text: {exc}") from exc
-    except ValueError as exc:
-        raise _output_error(name, message_of(exc)) from exc
-
-
-def _output_error(name: str, reason: str) -> ToolOutputError:
-    return ToolOutputError(f'tool "{name}" returned invalid output: {reason}')
-
-
-def _finalize(finalize: Callable[..., Any], execution: Execution,
-              result: ToolResult) -> ToolResult:
-    try:
-        out = finalize(execution, result)
-    except Exception as exc:
-        return from_exception(exc)
-    if out is None:
-        return result
-    try:
-        if not isinstance(out, Sequence) or isinstance(out, str):
-            raise ValueError("not a sequence")
-        content = frozen_blocks(tuple(out))
-    except Exception:
-        discard(out)
-        return error(f"finalize_content returned {safe_repr(out)}, not None or a sequence of "
-                     "Content")
-    return replace_result(result, content=content)
-
-
-def _notify(registry: ToolRegistry, observers: tuple[Callable[..., Any], ...],
-            execution: Execution, result: ToolResult) -> None:
-    for observer in observers:
-        try:
-            out = observer(execution, result)
-        except Exception as exc:
-            _observer_failed(registry, execution, message_of(exc))
-            continue
-        if out is not None and inspect.isawaitable(out):
-            discard(out)
-            _observer_failed(registry, execution, "observers must be synchronous")
-
-
-def _observer_failed(registry: ToolRegistry, execution: Execution, message: str) -> None:
-    registry.logger.warning('tool "%s" (%s): result observer failed: %s', execution._name,
-                            execution._call_id, message)

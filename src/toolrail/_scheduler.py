@@ -22,19 +22,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._cancel import CancelController, CancelSignal, link
-from ._pipeline import (
-    READY,
-    CallState,
-    begin,
-    commit_now,
-    decide,
-    decide_now,
-    finish,
-    post_execute,
-    resolve,
-    run_dispatch,
-)
+from ._commit import finish, post_execute
+from ._pipeline import begin, commit_now, decide, decide_now, resolve, run_dispatch
 from ._results import ContextMessage, ToolResult
+from ._state import READY, CallState
 from ._tool import ExecutionMode, ToolCall
 
 if TYPE_CHECKING:

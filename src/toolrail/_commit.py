@@ -1,0 +1,213 @@
+"""Stages 10-13 of a call: post-execute, materialize, finalize content, observers.
+
+``post_execute`` walks the post-execute chain (it may await); ``finish`` does the rest
+synchronously: the success-to-``ABORTED`` rule of a cancelled call, materialization of
+anything a middleware built, ``finalize_content``, and the observers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ._chains import Stage
+from ._decisions import UNSET, Accept, Block
+from ._errors import ToolOutputError
+from ._execution import Execution
+from ._json import snapshot_json
+from ._outcome import (
+    Invalid,
+    Unrenderable,
+    aborted,
+    discard,
+    error,
+    from_exception,
+    frozen_blocks,
+    materialize,
+    message_of,
+    render,
+    replace_result,
+    safe_repr,
+)
+from ._results import ContextMessage, ErrorInfo, ImageContent, TextContent, ToolResult
+from ._state import FINAL, CallState
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+
+__all__ = ["finish", "post_execute"]
+
+_ACCEPT: Final = Accept()
+_DECISIONS: Final = frozenset({Accept, Block})
+
+
+async def post_execute(registry: ToolRegistry, state: CallState) -> None:
+    """Stage 10."""
+    execution = state.execution
+    chain = registry._chains.for_call(Stage.POST, execution._scope)
+    if not chain:
+        return
+    result = state.result
+    assert result is not None
+    try:
+        decision = await _walk_post(chain, execution, result)
+        changed = _apply_post(state, decision, result)
+    except Exception as exc:
+        state.trusted = True
+        state.end(FINAL, from_exception(exc))
+        return
+    if changed is not result:
+        state.trusted = False
+        state.result = changed
+
+
+def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
+    """Stages 11-13, after the success-to-ABORTED rule of a cancelled call."""
+    execution = state.execution
+    result = state.result
+    assert result is not None
+    if not state.trusted:
+        result = materialize(result)
+    if state.invoked and state.caller.cancelled and not result.is_error:
+        result = aborted(result.contexts)
+    if state.finalize is not None:
+        result = _finalize(state.finalize, execution, result)
+    observers = registry._chains.for_call(Stage.RESULT, execution._scope)
+    if observers:
+        _notify(registry, observers, execution, result)
+    return result
+
+
+async def _walk_post(chain: tuple[Callable[..., Any], ...], execution: Execution,
+                     result: ToolResult) -> Any:
+    last = len(chain)
+
+    async def at(i: int) -> Any:
+        if i == last:
+            return _ACCEPT
+        out = chain[i](execution, result, lambda: at(i + 1))
+        if type(out) not in _DECISIONS and inspect.isawaitable(out):
+            out = await out
+        if _valid_post(out):
+            return out
+        discard(out)
+        raise Invalid(f"post-execute middleware returned {safe_repr(out)}, not Accept or Block")
+
+    return await at(0)
+
+
+def _valid_post(out: Any) -> bool:
+    try:
+        return _well_formed(out)
+    except Exception:  # a decision whose content cannot even be read is not valid
+        return False
+
+
+def _well_formed(out: Any) -> bool:
+    if isinstance(out, Accept):
+        content = out.content
+        return (content is None or isinstance(content, str) or _is_blocks(content)) and (
+            _is_contexts(out.contexts))
+    if isinstance(out, Block):
+        return (isinstance(out.feedback, str) or _is_blocks(out.feedback)) and _is_contexts(
+            out.contexts)
+    return False
+
+
+def _is_blocks(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str) and all(
+        isinstance(b, TextContent | ImageContent) for b in value)
+
+
+def _is_contexts(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str) and all(
+        isinstance(c, ContextMessage) for c in value)
+
+
+def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) -> ToolResult:
+    if isinstance(decision, Block):
+        feedback = decision.feedback
+        blocks = (TextContent(feedback),) if isinstance(feedback, str) else tuple(feedback)
+        if not blocks or blocks == (TextContent(""),):
+            message = "tool result blocked by post-execute policy"
+            blocks = (TextContent("Error: " + message),)
+        else:
+            message = "\n".join(b.text if isinstance(b, TextContent) else f"[{b.type} content]"
+                                for b in blocks)
+        return ToolResult(blocks, True, None, ErrorInfo(message, "BLOCKED"), None,
+                          tuple(decision.contexts))
+    has_value = decision.value is not UNSET
+    if has_value and decision.content is not None:
+        raise Invalid("post-execute Accept cannot replace both value and content")
+    if not has_value and decision.content is None and not decision.contexts:
+        return result
+    contexts = (*result.contexts, *decision.contexts)
+    if has_value:
+        if result.is_error:
+            raise Invalid("post-execute cannot replace the value of a failed result")
+        value, content = _checked_value(state, decision.value)
+        return replace_result(result, value=value, content=content, contexts=contexts)
+    replacement = decision.content
+    if replacement is not None:
+        blocks = (TextContent(replacement),) if isinstance(replacement, str) else tuple(replacement)
+        return replace_result(result, content=blocks, contexts=contexts)
+    return replace_result(result, contexts=contexts)
+
+
+def _checked_value(state: CallState, raw: Any) -> tuple[Any, tuple[TextContent, ...]]:
+    """A value set by ``Accept(value=...)``, checked as a body's value is."""
+    name = state.execution._name
+    entry = state.entry
+    try:
+        value = snapshot_json(raw)
+        if entry is not None and entry.check_output is not None:
+            violations = entry.check_output(value)
+            if violations:
+                raise _output_error(name, "; ".join(violations))
+        return value, render(value)
+    except Unrenderable as exc:
+        raise _output_error(name, f"value cannot be rendered as text: {exc}") from exc
+    except ValueError as exc:
+        raise _output_error(name, message_of(exc)) from exc
+
+
+def _output_error(name: str, reason: str) -> ToolOutputError:
+    return ToolOutputError(f'tool "{name}" returned invalid output: {reason}')
+
+
+def _finalize(finalize: Callable[..., Any], execution: Execution,
+              result: ToolResult) -> ToolResult:
+    try:
+        out = finalize(execution, result)
+    except Exception as exc:
+        return from_exception(exc)
+    if out is None:
+        return result
+    try:
+        if not isinstance(out, Sequence) or isinstance(out, str):
+            raise ValueError("not a sequence")
+        content = frozen_blocks(tuple(out))
+    except Exception:
+        discard(out)
+        return error(f"finalize_content returned {safe_repr(out)}, not None or a sequence of "
+                     "Content")
+    return replace_result(result, content=content)
+
+
+def _notify(registry: ToolRegistry, observers: tuple[Callable[..., Any], ...],
+            execution: Execution, result: ToolResult) -> None:
+    for observer in observers:
+        try:
+            out = observer(execution, result)
+        except Exception as exc:
+            _observer_failed(registry, execution, message_of(exc))
+            continue
+        if out is not None and inspect.isawaitable(out):
+            discard(out)
+            _observer_failed(registry, execution, "observers must be synchronous")
+
+
+def _observer_failed(registry: ToolRegistry, execution: Execution, message: str) -> None:
+    registry.logger.warning('tool "%s" (%s): result observer failed: %s', execution._name,
+                            execution._call_id, message)

@@ -1,0 +1,45 @@
+"""``CallState``: one call between the pipeline's stages, and where it stands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from ._cancel import CancelSignal
+from ._execution import Execution
+from ._results import ContextMessage, ToolResult
+
+if TYPE_CHECKING:
+    from ._entry import Entry
+
+__all__ = ["DENIED", "DISPATCHED", "FINAL", "NOT_STARTED", "READY", "CallState"]
+
+# Where a call stands between stages.
+READY: Final = 0  # prepared; dispatch next
+DENIED: Final = 1  # denied in prepare; post-execute sees the denial
+DISPATCHED: Final = 2  # has its dispatch result; post-execute next
+FINAL: Final = 3  # a final error: straight to materialize
+NOT_STARTED: Final = 4  # ABORTED_BEFORE_DISPATCH: straight to materialize
+
+
+class CallState:
+    """One call between its stages."""
+
+    __slots__ = ("caller", "deferred", "entry", "execution", "finalize", "invoked", "phase",
+                 "result", "trusted")
+
+    def __init__(self, execution: Execution, caller: CancelSignal,
+                 finalize: Callable[..., Any] | None) -> None:
+        self.execution = execution
+        self.caller = caller
+        self.finalize = finalize
+        self.phase = READY
+        self.result: ToolResult | None = None
+        self.entry: Entry | None = None
+        self.invoked = False
+        self.deferred: list[ContextMessage] = []
+        self.trusted = True  # the result was built here, already frozen and consistent
+
+    def end(self, phase: int, result: ToolResult) -> None:
+        self.phase = phase
+        self.result = result
