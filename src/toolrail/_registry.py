@@ -10,7 +10,6 @@ pipeline lives in ``_pipeline``, the scheduler in ``_scheduler``.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -34,16 +33,23 @@ __all__ = ["ToolRegistry"]
 Guard = Callable[["Execution"], "str | None"]
 
 
-class _GuardLink:
-    """One guard registration (its own identity, even when a guard is added twice)."""
+class _Registration:
+    """One registration of a callable: its own identity, even when the callable is
+    registered twice, so that each disposer removes exactly its own."""
 
     __slots__ = ("fn",)
 
-    def __init__(self, fn: Guard) -> None:
+    def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
-F = TypeVar("F", bound=Callable[..., Any])
 
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Restriction:
@@ -65,7 +71,7 @@ class _ScopeState:
     def __init__(self) -> None:
         self.tools: dict[str, Entry] = {}
         self.restrictions: tuple[_Restriction, ...] = ()
-        self.guards: tuple[_GuardLink, ...] = ()
+        self.guards: tuple[_Registration, ...] = ()
         self.refs = 0
         self.version = 0
         self.schemas: tuple[int, int, list[ToolSchema]] | None = None
@@ -88,7 +94,7 @@ class ToolRegistry:
         self.approver = approver
         self.logger = logger if logger is not None else logging.getLogger("toolrail")
         self._tools: dict[str, Entry] = {}
-        self._guards: tuple[_GuardLink, ...] = ()
+        self._guards: tuple[_Registration, ...] = ()
         self._scopes: dict[Hashable, _ScopeState] = {}
         self._chains = Chains()
         self._listeners: list[Callable[[], None]] = []
@@ -140,7 +146,7 @@ class ToolRegistry:
         if not callable(listener):
             raise TypeError(f"on_change() takes a callable, got {type(listener).__name__}")
         listeners = self._listeners
-        token = _Listener(listener)
+        token = _Registration(listener)
         listeners.append(token)
         return Disposer(lambda: _remove_identity(listeners, token))
 
@@ -247,7 +253,7 @@ class ToolRegistry:
         mode = ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
         return mode, arguments
 
-    def _guards_for(self, scope: Hashable | None) -> tuple[_GuardLink, ...]:
+    def _guards_for(self, scope: Hashable | None) -> tuple[_Registration, ...]:
         if scope is None:
             return self._guards
         state = self._scopes.get(scope)
@@ -333,7 +339,7 @@ class ToolRegistry:
     def _add_guard(self, guard: Guard, key: Hashable | None) -> Disposer:
         if not callable(guard):
             raise TypeError(f"guard() takes a callable, got {type(guard).__name__}")
-        marker = _GuardLink(guard)
+        marker = _Registration(guard)
         if key is None:
             self._guards = (*self._guards, marker)
 
@@ -383,21 +389,6 @@ class ToolRegistry:
                 listener()
             except Exception as exc:
                 self.logger.warning("change listener failed during rollback: %s", exc)
-
-
-class _Listener:
-    """Wraps a callable so that each registration has its own identity."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
-
-    def __repr__(self) -> str:
-        return repr(self.fn)
 
 
 def _remove_identity(items: list[Any], item: Any) -> None:

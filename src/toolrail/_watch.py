@@ -30,7 +30,7 @@ from ._cancel import CancelSignal
 if TYPE_CHECKING:
     from ._execution import RunContext
 
-__all__ = ["Watch", "external_cancel", "wait_out", "watched"]
+__all__ = ["Watch", "wait_out", "watched"]
 
 T = TypeVar("T")
 
@@ -123,11 +123,6 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
 def _cancelling() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def external_cancel() -> bool:
-    """Whether someone asked to cancel the current task."""
-    return _cancelling()
 
 
 async def wait_out(future: asyncio.Future[T], on_cancel: Callable[[], None]) -> T:
