@@ -54,6 +54,10 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     caller = state.caller
     if caller.cancelled:
         return aborted_before_dispatch()
+    if entry.direct and caller is _NEVER and execution._signal is _NEVER:
+        task = asyncio.current_task()
+        if task is not None and not task.cancelling():
+            return await _direct(state, entry, task)
     tool = entry.tool
     context = RunContext(execution)
     watch = Watch(context)
@@ -87,6 +91,8 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
             timer.cancel()
         context._active = False
         if context._deferred:
+            if state.deferred is None:
+                state.deferred = []
             state.deferred.extend(context._deferred)
     if watch.external:
         raise asyncio.CancelledError  # the body swallowed a cancellation of this task
@@ -98,6 +104,30 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     if failure is not None:
         return failure
     return body_result(entry, out, context._concludes)
+
+
+async def _direct(state: CallState, entry: Entry, task: asyncio.Task[Any]) -> ToolResult:
+    """A body with nothing to watch (see ``Entry.direct``), awaited as it is.
+
+    Only a cancellation of ``task`` can reach it. ``task`` was not being cancelled when
+    the body started, so ``task.cancelling()`` tells that cancellation from the body's
+    own ``CancelledError``, and reveals one the body swallowed.
+    """
+    execution = state.execution
+    state.invoked = True
+    try:
+        out = await entry.start(execution._arguments, None)
+        if entry.finish is not None:
+            out = entry.finish(execution._name, out)
+    except asyncio.CancelledError as exc:
+        if task.cancelling():
+            raise
+        return error(message_of(exc), None, "CancelledError")  # the body's own doing
+    except Exception as exc:
+        return from_exception(exc)
+    if task.cancelling():
+        raise asyncio.CancelledError  # the body swallowed a cancellation of this task
+    return body_result(entry, out, False)
 
 
 async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:

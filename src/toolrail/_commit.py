@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ._chains import Stage
+from ._chains import POST, RESULT
 from ._decisions import UNSET, Accept, Block
 from ._errors import ToolOutputError
 from ._execution import Execution
@@ -45,7 +45,7 @@ _DECISIONS: Final = frozenset({Accept, Block})
 async def post_execute(registry: ToolRegistry, state: CallState) -> None:
     """Stage 10."""
     execution = state.execution
-    chain = registry._chains.for_call(Stage.POST, execution._scope)
+    chain = registry._chains.for_call(POST, execution._scope)
     if not chain:
         return
     result = state.result
@@ -73,7 +73,7 @@ def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
         result = aborted(result.contexts)
     if state.finalize is not None:
         result = _finalize(state.finalize, execution, result)
-    observers = registry._chains.for_call(Stage.RESULT, execution._scope)
+    observers = registry._chains.for_call(RESULT, execution._scope)
     if observers:
         _notify(registry, observers, execution, result)
     return result

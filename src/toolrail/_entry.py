@@ -36,6 +36,8 @@ class CheckedBody:
 
     __slots__ = ()
     output_schema: Any = None
+    context_free = False  # the function never sees its RunContext
+
 
     def start(self, arguments: Any, context: Any) -> Any:
         raise NotImplementedError
@@ -47,8 +49,8 @@ class CheckedBody:
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("check_output", "fast", "finish", "interrupts", "kind", "schema", "start",
-                 "tool")
+    __slots__ = ("check_output", "direct", "fast", "finish", "interrupts", "kind", "schema",
+                 "start", "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
                  kind: BodyKind) -> None:
@@ -64,6 +66,10 @@ class Entry:
         halves = kind == "async" and isinstance(body, CheckedBody)
         self.start: Callable[..., Any] = body.start if halves else body
         self.finish: Callable[[str, Any], Any] | None = body.finish if halves else None
+        # Nothing but a cancellation of the task can stop it, and nobody can see its
+        # body signal: when the call has no signal either, there is nothing to watch.
+        self.direct = (self.fast and halves and body.context_free
+                       and tool.timeout is None)
 
     @classmethod
     def build(cls, tool: Tool) -> Entry:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _pipeline, _scheduler
 from ._cancel import CancelSignal
-from ._chains import Chains, Stage
+from ._chains import AROUND, POST, PRE, RESULT, Chains
 from ._decisions import Approver
 from ._disposer import Disposer
 from ._entry import Entry
@@ -126,20 +126,20 @@ class ToolRegistry:
 
     def pre_execute(self, middleware: Any, *, prepend: bool = False) -> Disposer:
         """Add pre-execute middleware (``Allow`` / ``Deny`` / ``Ask``) for every call."""
-        return self._chains.add(Stage.PRE, middleware, None, prepend)
+        return self._chains.add(PRE, middleware, None, prepend)
 
     def around_execute(self, middleware: Any, *, prepend: bool = False) -> Disposer:
         """Add around-execute middleware (wraps the dispatch) for every call."""
-        return self._chains.add(Stage.AROUND, middleware, None, prepend)
+        return self._chains.add(AROUND, middleware, None, prepend)
 
     def post_execute(self, middleware: Any, *, prepend: bool = False) -> Disposer:
         """Add post-execute middleware (``Accept`` / ``Block``) for every call."""
-        return self._chains.add(Stage.POST, middleware, None, prepend)
+        return self._chains.add(POST, middleware, None, prepend)
 
     def on_result(self, observer: Callable[[Execution, ToolResult], None], *,
                   prepend: bool = False) -> Disposer:
         """Add a synchronous observer of every final result."""
-        return self._chains.add(Stage.RESULT, observer, None, prepend)
+        return self._chains.add(RESULT, observer, None, prepend)
 
     def on_change(self, listener: Callable[[], None]) -> Disposer:
         """Call ``listener()`` after every change of tools or restrictions."""

@@ -118,23 +118,29 @@ def _content_dict(block: Content) -> dict[str, Any]:
 
 
 # The pipeline builds a result and a text block per call. A frozen dataclass's
-# ``__init__`` assigns each field through ``object.__setattr__``; setting the slots
-# through their descriptors costs less than half. Only for values already checked.
+# ``__init__`` assigns each field through ``object.__setattr__``, which costs more than
+# the rest of building a result. For values already checked, ``make_result`` and
+# ``make_text`` fill an instance of a plain twin class (same slots, in the same order,
+# so the same memory layout) with ordinary attribute stores and then give it its real
+# class: the object is then exactly what the dataclass's ``__init__`` would have made.
+class _ResultTwin:
+    __slots__ = ToolResult.__slots__
+
+
+class _TextTwin:
+    __slots__ = TextContent.__slots__
+
+
 _new = object.__new__
-(_set_content, _set_is_error, _set_value, _set_error, _set_meta, _set_contexts,
- _set_concludes) = (
-    getattr(ToolResult, name).__set__
-    for name in ("content", "is_error", "value", "error", "meta", "contexts", "concludes_turn")
-)
-_text_slot, _text_type_slot = (getattr(TextContent, name).__set__ for name in ("text", "type"))
 
 
 def make_text(text: str) -> TextContent:
     """``TextContent(text)`` for a text already known to be a ``str``."""
-    block = _new(TextContent)
-    _text_slot(block, text)
-    _text_type_slot(block, "text")
-    return block
+    block: Any = _new(_TextTwin)
+    block.text = text
+    block.type = "text"
+    block.__class__ = TextContent
+    return block  # type: ignore[no-any-return]
 
 
 def make_result(
@@ -147,12 +153,13 @@ def make_result(
     concludes_turn: bool,
 ) -> ToolResult:
     """``ToolResult(...)`` for fields already frozen and consistent."""
-    result = _new(ToolResult)
-    _set_content(result, content)
-    _set_is_error(result, is_error)
-    _set_value(result, value)
-    _set_error(result, error)
-    _set_meta(result, meta)
-    _set_contexts(result, contexts)
-    _set_concludes(result, concludes_turn)
-    return result
+    result: Any = _new(_ResultTwin)
+    result.content = content
+    result.is_error = is_error
+    result.value = value
+    result.error = error
+    result.meta = meta
+    result.contexts = contexts
+    result.concludes_turn = concludes_turn
+    result.__class__ = ToolResult
+    return result  # type: ignore[no-any-return]

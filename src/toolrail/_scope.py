@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _pipeline, _scheduler
 from ._cancel import CancelSignal
-from ._chains import Stage
+from ._chains import AROUND, POST, PRE, RESULT, Stage
 from ._disposer import Disposer
 from ._scheduler import Batch, CallStream, bind_calls
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
@@ -80,20 +80,20 @@ class Scope:
 
     def pre_execute(self, m: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
         """Add pre-execute middleware for this scope's calls (every call with ``all_scopes``)."""
-        return self._add(Stage.PRE, m, prepend, all_scopes)
+        return self._add(PRE, m, prepend, all_scopes)
 
     def around_execute(self, m: Any, *, prepend: bool = False,
                        all_scopes: bool = False) -> Disposer:
         """Add around-execute middleware for this scope's calls."""
-        return self._add(Stage.AROUND, m, prepend, all_scopes)
+        return self._add(AROUND, m, prepend, all_scopes)
 
     def post_execute(self, m: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
         """Add post-execute middleware for this scope's calls."""
-        return self._add(Stage.POST, m, prepend, all_scopes)
+        return self._add(POST, m, prepend, all_scopes)
 
     def on_result(self, o: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
         """Add a result observer for this scope's calls."""
-        return self._add(Stage.RESULT, o, prepend, all_scopes)
+        return self._add(RESULT, o, prepend, all_scopes)
 
     def on_change(self, listener: Callable[[], None]) -> Disposer:
         """Call ``listener()`` after every registry change (not filtered by scope)."""

@@ -23,7 +23,7 @@ NOT_STARTED: Final = 4  # ABORTED_BEFORE_DISPATCH: straight to materialize
 
 
 class CallState:
-    """One call between its stages."""
+    """One call between its stages (``begin`` builds it without ``__init__``)."""
 
     __slots__ = ("caller", "deferred", "entry", "execution", "finalize", "invoked", "phase",
                  "result", "trusted")
@@ -37,7 +37,7 @@ class CallState:
         self.result: ToolResult | None = None
         self.entry: Entry | None = None
         self.invoked = False
-        self.deferred: list[ContextMessage] = []
+        self.deferred: list[ContextMessage] | None = None  # made by the first message
         self.trusted = True  # the result was built here, already frozen and consistent
 
     def end(self, phase: int, result: ToolResult) -> None:

@@ -269,13 +269,15 @@ class _Signature:
 class TypedBody(CheckedBody):
     """The ``execute`` of a typed tool: validate, call, convert the value."""
 
-    __slots__ = ("__wrapped__", "_call", "_context", "_spec", "name", "output_schema")
+    __slots__ = ("__wrapped__", "_call", "_context", "_spec", "context_free", "name",
+                 "output_schema")
 
     def __init__(self, func: Callable[..., Any], spec: _Signature) -> None:
         self.__wrapped__ = func
         self._call = func
         self._spec = spec
         self._context = spec.context
+        self.context_free = spec.context is None
         self.output_schema = spec.output_schema
         self.name = getattr(func, "__name__", "tool")
 

@@ -1,0 +1,172 @@
+"""The hot path's shortcuts behave exactly like the general path they skip.
+
+A typed async tool that takes no ``RunContext``, called without a signal and without a
+timeout, is awaited directly (no watch, no run context): only a cancellation of the
+task running ``execute`` can reach it. Results are built by filling twin classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+import toolrail as tr
+from toolrail._results import make_result, make_text
+
+WAIT = 5
+
+
+def observed(registry: tr.ToolRegistry) -> list[tr.ToolResult]:
+    seen: list[tr.ToolResult] = []
+    registry.on_result(lambda _execution, result: seen.append(result))
+    return seen
+
+
+async def test_a_direct_body_cancelled_with_its_task_is_awaited_then_cancellation_propagates(
+) -> None:
+    registry = tr.ToolRegistry()
+    seen = observed(registry)
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    @registry.tool
+    async def slow(path: str) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            finished.set()
+        return path
+
+    task = asyncio.ensure_future(
+        registry.execute(tr.ToolCall(call_id="1", name="slow", arguments={"path": "p"})))
+    await asyncio.wait_for(started.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAIT)
+    assert finished.is_set()
+    assert seen == []  # no result is built or notified
+
+
+async def test_a_direct_body_that_swallows_its_tasks_cancellation_still_propagates_it() -> None:
+    registry = tr.ToolRegistry()
+    seen = observed(registry)
+    started = asyncio.Event()
+    swallowed: list[bool] = []
+
+    @registry.tool
+    async def stubborn(path: str) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            swallowed.append(True)
+        return path
+
+    task = asyncio.ensure_future(
+        registry.execute(tr.ToolCall(call_id="1", name="stubborn", arguments={"path": "p"})))
+    await asyncio.wait_for(started.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAIT)
+    assert swallowed == [True]
+    assert seen == []
+
+
+async def test_a_direct_bodys_own_cancelled_error_is_a_failure() -> None:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    async def odd(path: str) -> str:
+        raise asyncio.CancelledError("gave up")
+
+    result = await registry.execute(tr.ToolCall(call_id="1", name="odd", arguments={"path": "p"}))
+    assert result.error == tr.ErrorInfo("gave up", None, "CancelledError")
+    # The task running execute was not cancelled and goes on.
+    assert await asyncio.sleep(0, "still running") == "still running"
+
+
+async def test_a_direct_bodys_cancelled_error_while_the_task_was_already_cancelling_propagates(
+) -> None:
+    registry = tr.ToolRegistry()
+    entered = asyncio.Event()
+
+    @registry.tool
+    async def late(path: str) -> str:
+        entered.set()
+        await asyncio.sleep(0)  # the cancellation arrives here, and ends the body
+        return path
+
+    async def caller() -> tr.ToolResult:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # cancelling before the call: the body's first await raises
+        return await registry.execute(
+            tr.ToolCall(call_id="1", name="late", arguments={"path": "p"}))
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.ensure_future(caller()), WAIT)
+    assert entered.is_set()
+
+
+async def test_a_typed_tool_with_a_signal_is_still_interrupted_by_it() -> None:
+    registry = tr.ToolRegistry()
+    started = asyncio.Event()
+
+    @registry.tool
+    async def slow(path: str) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return path
+
+    controller = tr.CancelController()
+    task = asyncio.ensure_future(registry.execute(
+        tr.ToolCall(call_id="1", name="slow", arguments={"path": "p"},
+                    signal=controller.signal)))
+    await asyncio.wait_for(started.wait(), WAIT)
+    controller.cancel()
+    result = await asyncio.wait_for(task, WAIT)
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+
+
+async def test_a_direct_body_gets_validated_arguments_and_its_value_is_converted() -> None:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    async def add(a: int, b: int) -> dict[str, int]:
+        return {"sum": a + b}
+
+    ok = await registry.execute(tr.ToolCall(call_id="1", name="add", arguments={"a": 1, "b": 2}))
+    assert ok.value == {"sum": 3}
+    assert ok.text == '{"sum": 3}'
+    bad = await registry.execute(tr.ToolCall(call_id="2", name="add", arguments={"a": "x"}))
+    assert bad.error is not None
+    assert bad.error.code == "INVALID_ARGS"
+
+
+def test_built_results_are_exactly_what_the_dataclass_constructor_makes() -> None:
+    built = make_result((make_text("hi"),), False, "hi", None, None, (), True)
+    made = tr.ToolResult((tr.TextContent("hi"),), False, "hi", None, None, (), True)
+    assert type(built) is tr.ToolResult
+    assert type(built.content[0]) is tr.TextContent
+    assert built == made
+    assert hash(built) == hash(made)
+    assert dataclasses.asdict(built) == dataclasses.asdict(made)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.value = "changed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.content[0].text = "changed"  # type: ignore[misc]
+    assert dataclasses.replace(built, value="x").value == "x"
+
+
+def test_the_twin_classes_have_the_slots_of_the_classes_they_stand_for() -> None:
+    from toolrail import _results
+
+    twins: list[tuple[type[Any], type[Any]]] = [
+        (_results._ResultTwin, tr.ToolResult), (_results._TextTwin, tr.TextContent)]
+    for twin, real in twins:
+        assert twin.__slots__ == real.__slots__
+        assert twin.__basicsize__ == real.__basicsize__
