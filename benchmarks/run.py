@@ -2,6 +2,7 @@
 
     python3 scripts/dev.py bench            # full run (about two minutes)
     python3 scripts/dev.py bench --quick    # a few iterations, to check it runs
+    python3 scripts/dev.py bench --only typed --only peers   # some suites only
 
 Figures are medians over repeats, in microseconds per operation, measured in one
 process on one machine; compare ratios, not absolute numbers, across machines.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import platform
 import sys
 from pathlib import Path
@@ -19,20 +19,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_peers, bench_pipeline, bench_scheduler, bench_typed
+from benchmarks import bench_mcp, bench_peers, bench_pipeline, bench_scheduler, bench_typed
 
-SUITES: tuple[tuple[str, Any], ...] = (
-    ("pipeline", bench_pipeline),
-    ("typed tools", bench_typed),
-    ("scheduler", bench_scheduler),
-)
-try:
-    SUITES += (("MCP", importlib.import_module("benchmarks.bench_mcp")),)
-except ModuleNotFoundError as exc:  # that suite has not landed yet
-    if exc.name != "benchmarks.bench_mcp":
-        raise
-SUITES += (
-    ("peers: the same work through toolrail and each peer's own execution path", bench_peers),
+# (name for --only, title, module)
+SUITES: tuple[tuple[str, str, Any], ...] = (
+    ("pipeline", "pipeline", bench_pipeline),
+    ("typed", "typed tools", bench_typed),
+    ("scheduler", "scheduler", bench_scheduler),
+    ("mcp", "MCP", bench_mcp),
+    ("peers", "peers: the same work through toolrail and each peer's own execution path",
+     bench_peers),
 )
 
 
@@ -41,13 +37,17 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="few iterations: a smoke run")
+    parser.add_argument("--only", action="append", choices=[name for name, _, _ in SUITES],
+                        help="run only this suite (may be repeated)")
     args = parser.parse_args(argv)
     print(
         f"toolrail benchmarks — Python {platform.python_version()} on {platform.machine()}"
         f"{' (quick mode: figures are not meaningful)' if args.quick else ''}\n"
     )
     bars: list[str] = []
-    for title, suite in SUITES:
+    for name, title, suite in SUITES:
+        if args.only and name not in args.only:
+            continue
         figures = asyncio.run(suite.main(args.quick))
         print(title)
         render = getattr(suite, "rows", None)  # a suite may print its own table

@@ -170,3 +170,60 @@ def test_the_twin_classes_have_the_slots_of_the_classes_they_stand_for() -> None
     for twin, real in twins:
         assert twin.__slots__ == real.__slots__
         assert twin.__basicsize__ == real.__basicsize__
+
+
+async def test_a_raw_body_without_a_signal_sees_its_signal_fire_before_the_cancellation() -> None:
+    registry = tr.ToolRegistry()
+    started = asyncio.Event()
+    seen: list[str] = []
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        ctx.signal.add_callback(lambda: seen.append("signal fired"))
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append(f"body cancelled, signal {ctx.signal.reason}")
+            raise
+        return "never"
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body))
+    task = asyncio.ensure_future(registry.execute(tr.ToolCall(call_id="1", name="t")))
+    await asyncio.wait_for(started.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAIT)
+    assert seen == ["signal fired", "body cancelled, signal cancelled"]
+
+
+async def test_a_body_that_waits_then_returns_is_a_success_on_the_quiet_path() -> None:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    async def later(path: str) -> str:
+        await asyncio.sleep(0)
+        return path
+
+    result = await registry.execute(
+        tr.ToolCall(call_id="1", name="later", arguments={"path": "p"}))
+    assert result.value == "p"
+
+
+async def test_the_quick_validation_still_reports_an_unknown_key_in_the_specs_words() -> None:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    async def strict_keys(path: str) -> str:
+        return path
+
+    @registry.tool(extra="ignore")
+    async def loose_keys(path: str) -> str:
+        return path
+
+    unknown = {"path": "p", "other": 1}
+    bad = await registry.execute(tr.ToolCall(call_id="1", name="strict_keys", arguments=unknown))
+    assert bad.error == tr.ErrorInfo('invalid arguments: unexpected property "other"',
+                                     "INVALID_ARGS", "ToolArgsError")
+    ok = await registry.execute(tr.ToolCall(call_id="2", name="loose_keys", arguments=unknown))
+    assert ok.value == "p"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
 
 from ._cancel import CancelSignal
@@ -35,7 +36,7 @@ from ._outcome import (
     render,
 )
 from ._results import ImageContent, TextContent, ToolOutput, ToolResult, make_result, make_text
-from ._watch import Watch, wait_out, watched
+from ._watch import Watch, resume, wait_out, watched
 
 if TYPE_CHECKING:
     from ._entry import Entry
@@ -54,22 +55,21 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     caller = state.caller
     if caller.cancelled:
         return aborted_before_dispatch()
-    if entry.direct and caller is _NEVER and execution._signal is _NEVER:
-        task = asyncio.current_task()
-        if task is not None and not task.cancelling():
-            return await _direct(state, entry, task)
     tool = entry.tool
-    context = RunContext(execution)
+    installed = execution._signal
+    state.invoked = True
+    # A body that only sees its context while a run context is given (see ``Entry``).
+    context = None if entry.context_free else RunContext(execution)
+    if entry.fast and caller is _NEVER and installed is _NEVER and tool.timeout is None:
+        return await _quiet(state, entry, context)
     watch = Watch(context)
     if caller is not _NEVER:
         watch.follow(caller)
-    installed = execution._signal
     if installed is not caller and installed is not _NEVER:
         watch.follow(installed)
     timer = None
     if tool.timeout is not None:
         timer = asyncio.get_running_loop().call_later(tool.timeout, watch.expire)
-    state.invoked = True
     failure: ToolResult | None = None
     try:
         if entry.fast:
@@ -77,6 +77,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
             if entry.finish is not None:
                 out = entry.finish(execution._name, out)
         else:
+            assert context is not None
             out = await _unwatched(entry, context, watch)
     except asyncio.CancelledError as exc:
         if watch.external:
@@ -89,11 +90,8 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
         watch.stop()
         if timer is not None:
             timer.cancel()
-        context._active = False
-        if context._deferred:
-            if state.deferred is None:
-                state.deferred = []
-            state.deferred.extend(context._deferred)
+        if context is not None:
+            _settle(state, context)
     if watch.external:
         raise asyncio.CancelledError  # the body swallowed a cancellation of this task
     if watch.timed_out:
@@ -103,31 +101,55 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
         return aborted()
     if failure is not None:
         return failure
-    return body_result(entry, out, context._concludes)
+    return body_result(entry, out, context is not None and context._concludes)
 
 
-async def _direct(state: CallState, entry: Entry, task: asyncio.Task[Any]) -> ToolResult:
-    """A body with nothing to watch (see ``Entry.direct``), awaited as it is.
+async def _quiet(state: CallState, entry: Entry, context: RunContext | None) -> ToolResult:
+    """An interrupt body with no signal and no timeout: nothing can fire before it waits.
 
-    Only a cancellation of ``task`` can reach it. ``task`` was not being cancelled when
-    the body started, so ``task.cancelling()`` tells that cancellation from the body's
-    own ``CancelledError``, and reveals one the body swallowed.
+    Its first step is taken here, watched by nothing; a body that then waits goes on
+    under a ``Watch`` (which only a cancellation of this task can trip), one that does
+    not (the common case) never needs one.
     """
     execution = state.execution
-    state.invoked = True
+    watch: Watch | None = None
+    failure: ToolResult | None = None
     try:
-        out = await entry.start(execution._arguments, None)
+        steps = entry.start(execution._arguments, context)
+        if type(steps) is not CoroutineType:
+            steps = steps.__await__()
+        try:
+            yielded = steps.send(None)
+        except StopIteration as stop:
+            out = stop.value
+        else:
+            watch = Watch(context)
+            out = await resume(steps, yielded, watch)
         if entry.finish is not None:
             out = entry.finish(execution._name, out)
     except asyncio.CancelledError as exc:
-        if task.cancelling():
+        if watch is not None and watch.external:
             raise
-        return error(message_of(exc), None, "CancelledError")  # the body's own doing
+        failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
-        return from_exception(exc)
-    if task.cancelling():
+        failure = from_exception(exc)
+    finally:
+        if context is not None:
+            _settle(state, context)
+    if watch is not None and watch.external:
         raise asyncio.CancelledError  # the body swallowed a cancellation of this task
-    return body_result(entry, out, False)
+    if failure is not None:
+        return failure
+    return body_result(entry, out, context is not None and context._concludes)
+
+
+def _settle(state: CallState, context: RunContext) -> None:
+    """The invocation is over: its context's effects stop, its messages are kept."""
+    context._active = False
+    if context._deferred:
+        if state.deferred is None:
+            state.deferred = []
+        state.deferred.extend(context._deferred)
 
 
 async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:

@@ -49,7 +49,7 @@ class CheckedBody:
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("check_output", "direct", "fast", "finish", "interrupts", "kind", "schema",
+    __slots__ = ("check_output", "context_free", "fast", "finish", "interrupts", "kind", "schema",
                  "start", "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
@@ -66,10 +66,9 @@ class Entry:
         halves = kind == "async" and isinstance(body, CheckedBody)
         self.start: Callable[..., Any] = body.start if halves else body
         self.finish: Callable[[str, Any], Any] | None = body.finish if halves else None
-        # Nothing but a cancellation of the task can stop it, and nobody can see its
-        # body signal: when the call has no signal either, there is nothing to watch.
-        self.direct = (self.fast and halves and body.context_free
-                       and tool.timeout is None)
+        # A typed function without a RunContext parameter, awaited in the calling task:
+        # nothing would ever read its run context, so none is made.
+        self.context_free = self.fast and halves and body.context_free
 
     @classmethod
     def build(cls, tool: Tool) -> Entry:

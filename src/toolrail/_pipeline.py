@@ -2,10 +2,10 @@
 
 *Prepare* is stages 1-7 (``begin``, then ``decide``: snapshot, pre-execute, approval,
 guards), *dispatch* stages 8-9 (``resolve``, then ``run_dispatch``: around-execute and
-the body, see ``_body``) and *commit* stages 10-13 (``commit``, see ``_commit``: post-execute,
-materialize, finalize content, observers). ``execute`` is the three in a row; the
-scheduler overlaps only dispatch. ``decide_now`` and ``commit_now`` do their stages
-without an ``await`` when no middleware needs one.
+the body, see ``_body``) and *commit* stages 10-13 (``post_execute``, then ``finish``,
+in ``_commit``: post-execute, materialize, finalize content, observers). ``execute``
+is the three in a row; the scheduler overlaps only dispatch. ``decide_now`` and
+``commit_now`` do their stages without an ``await`` when no middleware needs one.
 
 Failures become results here and nowhere else. Two kinds travel differently:
 *dispatch results* (unknown tool, body failure, timeout, abort) go on through around-
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "begin",
-    "commit",
     "commit_now",
     "decide",
     "decide_now",
@@ -76,18 +75,23 @@ async def execute(
     """
     if not isinstance(call, ToolCall):
         raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
-    state = begin(registry, call, call.scope if _scope is None else _scope, call.signal)
+    scope = call.scope if _scope is None else _scope
+    state = begin(registry, call, scope, call.signal)
+    chains = registry._chains
     if state.phase == READY:
-        if not decide_now(registry, state):
+        if chains.for_call(PRE, scope):
             await decide(registry, state)
+        else:
+            check_guards(registry, state)
         if state.phase == READY:
             resolve(registry, state)
-            if registry._chains.for_call(AROUND, state.execution._scope):
+            if chains.for_call(AROUND, scope):
                 await run_dispatch(registry, state)
             else:
                 _dispatched(state, await core(state, state.entry))
-    result = commit_now(registry, state)
-    return result if result is not None else await commit(registry, state)
+    if (state.phase == DISPATCHED or state.phase == DENIED) and chains.for_call(POST, scope):
+        await post_execute(registry, state)
+    return finish(registry, state)
 
 
 def decide_now(registry: ToolRegistry, state: CallState) -> bool:
@@ -96,13 +100,6 @@ def decide_now(registry: ToolRegistry, state: CallState) -> bool:
         return False
     check_guards(registry, state)
     return True
-
-
-async def commit(registry: ToolRegistry, state: CallState) -> ToolResult:
-    """Stages 10-13."""
-    if state.phase == DISPATCHED or state.phase == DENIED:
-        await post_execute(registry, state)
-    return finish(registry, state)
 
 
 def commit_now(registry: ToolRegistry, state: CallState) -> ToolResult | None:

@@ -23,22 +23,21 @@ NOT_STARTED: Final = 4  # ABORTED_BEFORE_DISPATCH: straight to materialize
 
 
 class CallState:
-    """One call between its stages (``begin`` builds it without ``__init__``)."""
+    """One call between its stages. ``begin`` fills every slot (without an ``__init__``:
+    one call frame less per call)."""
 
     __slots__ = ("caller", "deferred", "entry", "execution", "finalize", "invoked", "phase",
                  "result", "trusted")
 
-    def __init__(self, execution: Execution, caller: CancelSignal,
-                 finalize: Callable[..., Any] | None) -> None:
-        self.execution = execution
-        self.caller = caller
-        self.finalize = finalize
-        self.phase = READY
-        self.result: ToolResult | None = None
-        self.entry: Entry | None = None
-        self.invoked = False
-        self.deferred: list[ContextMessage] | None = None  # made by the first message
-        self.trusted = True  # the result was built here, already frozen and consistent
+    execution: Execution
+    caller: CancelSignal  # the caller's signal (the batch's, in a batch)
+    finalize: Callable[..., Any] | None  # the finalize_content of the tool at stage 1
+    phase: int
+    result: ToolResult | None
+    entry: Entry | None  # stage 8's lookup
+    invoked: bool  # the body was invoked
+    deferred: list[ContextMessage] | None  # made by the first deferred message
+    trusted: bool  # the result was built here, already frozen and consistent
 
     def end(self, phase: int, result: ToolResult) -> None:
         self.phase = phase

@@ -30,7 +30,7 @@ from ._cancel import CancelSignal
 if TYPE_CHECKING:
     from ._execution import RunContext
 
-__all__ = ["Watch", "wait_out", "watched"]
+__all__ = ["Watch", "resume", "wait_out", "watched"]
 
 T = TypeVar("T")
 
@@ -91,21 +91,31 @@ class Watch:
 def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
     """Await ``awaitable`` step by step in this task, interrupting it when ``watch`` fires."""
     steps = awaitable.__await__()
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        if error is None and watch.fired and not watch.delivered:
+    try:
+        if watch.fired and not watch.delivered:
             watch.delivered = True
-            error = asyncio.CancelledError()
-        try:
-            yielded = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            return cast(T, stop.value)
-        value = error = None
+            yielded = steps.throw(asyncio.CancelledError())
+        else:
+            yielded = steps.send(None)
+    except StopIteration as stop:
+        return cast(T, stop.value)
+    return cast(T, (yield from resume(steps, yielded, watch)))
+
+
+@types.coroutine
+def resume(steps: Generator[Any, Any, Any], yielded: Any,
+           watch: Watch) -> Generator[Any, Any, Any]:
+    """Go on awaiting ``steps``, which has just yielded ``yielded``, as ``watched`` does.
+
+    The caller may take a body's first step itself and watch only a body that waits.
+    """
+    while True:
         if isinstance(yielded, asyncio.Future):
             if watch.fired and not watch.delivered and yielded.cancel():
-                watch.delivered = True
+                watch.delivered = True  # the task wakes with CancelledError at this point
             watch.waiting = yielded
+        value: Any = None
+        error: BaseException | None = None
         try:
             value = yield yielded
         except GeneratorExit:
@@ -118,6 +128,13 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
         finally:
             if watch.waiting is not None:
                 watch.waiting = None
+        if error is None and watch.fired and not watch.delivered:
+            watch.delivered = True
+            error = asyncio.CancelledError()
+        try:
+            yielded = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value
 
 
 def _cancelling() -> bool:
