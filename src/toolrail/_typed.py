@@ -146,8 +146,10 @@ class _Signature:
         # costs a tenth. So the quick path validates with "ignore" when every key is a
         # parameter (``names``), and leaves a call with another key to ``validator``,
         # which reports it in pydantic's words.
+        # Both are made by the first quick call: decorating stays cheap, and a tool
+        # never called keeps nothing more.
         quick = not strict and self._nested_extra is None
-        self.names = frozenset(fields) if extra == "forbid" else None
+        self.names: frozenset[str] | None = None
         self.quick: Callable[[Any], Any] | None = self._first_quick if quick else None
         self.returns = returns
         self.plain_return = returns if returns in (str, int, bool) else _NO_MATCH
@@ -244,13 +246,16 @@ class _Signature:
             raise self.args_error(exc) from None
 
     def _first_quick(self, arguments: Any) -> Any:
-        """Make the quick validator on the first call (decorating stays cheap), then it."""
-        validator = self.validator
-        if self.names is not None:
-            validator = SchemaValidator(cs.typed_dict_schema(
-                self._core_schema["fields"], extra_behavior="ignore"))
-        self.quick = validator.validate_python
-        return self.quick(arguments)
+        """Make ``quick`` and ``names``, then validate as ``quick`` does with them."""
+        quick = self.validator.validate_python
+        if self.extra == "forbid":
+            quick = SchemaValidator(cs.typed_dict_schema(
+                self._core_schema["fields"], extra_behavior="ignore")).validate_python
+            self.names = frozenset(self.fields)
+        self.quick = quick
+        if self.names is not None and not self.names.issuperset(arguments):
+            return self.validator.validate_python(arguments)  # reports the unknown key
+        return quick(arguments)
 
     def plain(self, arguments: Any) -> Any:
         """The arguments as lax validation reads them (see ``thaws``)."""
