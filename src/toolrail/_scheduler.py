@@ -15,7 +15,6 @@ flight, and commits every remaining call without yielding.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -80,10 +79,7 @@ def bind_calls(calls: Iterable[ToolCall], max_parallel: int, signal: CancelSigna
 async def run(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
               max_parallel: int, signal: CancelSignal | None) -> Batch:
     driver = _Driver(registry, calls, scopes, max_parallel, signal)
-    results: list[ToolResult] = []
-    async with contextlib.aclosing(driver.committed()) as committed:
-        async for item in committed:
-            results.append(item.result)
+    results = await driver.results()
     contexts = tuple(c for result in results for c in result.contexts)
     concludes = any(r.concludes_turn for r in results)
     return Batch(tuple(results), contexts, driver.batch.signal.cancelled, concludes)
@@ -160,20 +156,39 @@ class _Driver:
         self.failure: BaseException | None = None
         self.cancelling = False  # the driver is cancelling its dispatch tasks
 
-    async def committed(self) -> AsyncGenerator[Committed, None]:
-        user = self.user_signal
-        unhook = user.add_callback(lambda: self.batch.cancel(user.reason or "cancelled")) \
-            if user is not None else None
-        wake = self.batch.signal.add_callback(self.wake.set)
+    async def results(self) -> list[ToolResult]:
+        """Every call's result, in order (what ``run`` needs: no ``Committed`` items)."""
+        results: list[ToolResult] = []
+        unhook = self._hook()
         try:
-            while (item := await self._next()) is not None:
-                yield item
+            while (slot := await self._next()) is not None:
+                results.append(self._committed(slot))
+        except asyncio.CancelledError:
+            await self._stop_in_flight(cancel_tasks=True)
+            raise
+        except BaseException:
+            self.batch.cancel("the scheduler failed")
+            await self._stop_in_flight(cancel_tasks=False)
+            raise
+        finally:
+            unhook()
+        return results
+
+    async def committed(self) -> AsyncGenerator[Committed, None]:
+        """Each call as it commits, in order (``stream``); closing early cancels the rest."""
+        unhook = self._hook()
+        try:
+            while (slot := await self._next()) is not None:
+                result = self._committed(slot)
+                info = result.error
+                started = info is None or info.code != "ABORTED_BEFORE_DISPATCH"
+                yield Committed(slot.index, self.calls[slot.index], result, started)
         except GeneratorExit:
             # Left early: cancel the batch and commit everything, without yielding.
             self.batch.cancel("stream closed")
             try:
-                while await self._next() is not None:
-                    pass
+                while (slot := await self._next()) is not None:
+                    self._committed(slot)
             except BaseException:
                 await self._stop_in_flight(cancel_tasks=True)
                 raise
@@ -186,25 +201,40 @@ class _Driver:
             await self._stop_in_flight(cancel_tasks=False)
             raise
         finally:
+            unhook()
+
+    def _hook(self) -> Callable[[], None]:
+        """Follow the caller's signal and wake on the batch's; returns the undo."""
+        user = self.user_signal
+        unhook = user.add_callback(lambda: self.batch.cancel(user.reason or "cancelled")) \
+            if user is not None else None
+        wake = self.batch.signal.add_callback(self.wake.set)
+
+        def undo() -> None:
             wake()
             if unhook is not None:
                 unhook()
 
-    async def _next(self) -> Committed | None:
-        """Work until the next call commits; ``None`` once every call has."""
+        return undo
+
+    async def _next(self) -> _Slot | None:
+        """Work until the next call commits (its result is in its state); ``None`` once
+        every call has."""
         total = len(self.calls)
         while self.cursor < total:
             if self.failure is not None:
                 raise self.failure
             slot = self.slots.get(self.cursor)
             if slot is not None and slot.settled:
-                result = commit_now(self.registry, slot.state)
+                state = slot.state
+                result = commit_now(self.registry, state)
                 if result is None:
-                    await post_execute(self.registry, slot.state)
+                    await post_execute(self.registry, state)
                     if self.failure is not None:  # it failed meanwhile: notify nothing more
                         raise self.failure
-                    result = finish(self.registry, slot.state)
-                return self._committed(slot, result)
+                    result = finish(self.registry, state)
+                state.result = result
+                return slot
             if self.started < total and self._may_start():
                 slot = self._prepare(self.started)
                 state = slot.state
@@ -284,13 +314,14 @@ class _Driver:
         if self.failure is not None:
             raise self.failure
 
-    def _committed(self, slot: _Slot, result: ToolResult) -> Committed:
+    def _committed(self, slot: _Slot) -> ToolResult:
+        """Close the books on a committed call; its final result."""
         slot.unlink()
         del self.slots[slot.index]
         self.cursor = slot.index + 1
-        info = result.error
-        started = info is None or info.code != "ABORTED_BEFORE_DISPATCH"
-        return Committed(slot.index, self.calls[slot.index], result, started)
+        result = slot.state.result
+        assert result is not None
+        return result
 
     async def _stop_in_flight(self, *, cancel_tasks: bool) -> None:
         """Wait for every started body to finish, cancelling the tasks if asked."""
