@@ -227,3 +227,62 @@ async def test_the_quick_validation_still_reports_an_unknown_key_in_the_specs_wo
                                      "INVALID_ARGS", "ToolArgsError")
     ok = await registry.execute(tr.ToolCall(call_id="2", name="loose_keys", arguments=unknown))
     assert ok.value == "p"
+
+
+async def test_a_body_that_cancels_its_own_signal_and_returns_without_waiting_is_aborted(
+) -> None:
+    registry = tr.ToolRegistry()
+    controller = tr.CancelController()
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        controller.cancel("enough")
+        return "done"
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body))
+    result = await registry.execute(tr.ToolCall(call_id="1", name="t", signal=controller.signal))
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+
+
+async def test_a_body_signal_read_before_the_first_wait_fires_with_the_callers_at_once() -> None:
+    registry = tr.ToolRegistry()
+    controller = tr.CancelController()
+    seen: list[str] = []
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        ctx.signal.add_callback(lambda: seen.append(f"body signal: {ctx.signal.reason}"))
+        controller.cancel("enough")
+        seen.append("after cancel()")
+        return "done"
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body))
+    result = await registry.execute(tr.ToolCall(call_id="1", name="t", signal=controller.signal))
+    assert seen == ["body signal: enough", "after cancel()"]
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+    assert controller.signal._callbacks in (None, {})  # nothing left subscribed
+
+
+async def test_a_body_that_cancels_its_signal_then_waits_is_interrupted_at_that_wait() -> None:
+    registry = tr.ToolRegistry()
+    controller = tr.CancelController()
+    reached: list[str] = []
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        controller.cancel()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            reached.append("interrupted")
+            raise
+        return "never"
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body))
+    result = await asyncio.wait_for(
+        registry.execute(tr.ToolCall(call_id="1", name="t", signal=controller.signal)), WAIT)
+    assert reached == ["interrupted"]
+    assert result.error is not None
+    assert result.error.code == "ABORTED"

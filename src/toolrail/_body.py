@@ -55,22 +55,15 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     caller = state.caller
     if caller.cancelled:
         return aborted_before_dispatch()
-    tool = entry.tool
     installed = execution._signal
     state.invoked = True
-    # A body that only sees its context while a run context is given (see ``Entry``).
-    context = None if entry.context_free else RunContext(execution)
-    if entry.fast and caller is _NEVER and installed is _NEVER and tool.timeout is None:
-        return await _quiet(state, entry, context)
-    watch = Watch(context)
-    if caller is not _NEVER:
-        watch.follow(caller)
-    if installed is not caller and installed is not _NEVER:
-        watch.follow(installed)
-    timer = None
-    if tool.timeout is not None:
-        timer = asyncio.get_running_loop().call_later(tool.timeout, watch.expire)
+    # A typed function without a RunContext parameter never sees one: none is made.
+    context = None if entry.context_free else RunContext(execution, caller)
+    if entry.fast and not installed.cancelled:
+        return await _awaited(state, entry, context)
+    watch = _watch(state, entry, context, None)
     failure: ToolResult | None = None
+    out: Any = None
     try:
         if entry.fast:
             out = await watched(entry.start(execution._arguments, context), watch)
@@ -87,33 +80,28 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     except Exception as exc:
         failure = from_exception(exc)
     finally:
-        watch.stop()
-        if timer is not None:
-            timer.cancel()
+        _unwatch(watch)
         if context is not None:
             _settle(state, context)
-    if watch.external:
-        raise asyncio.CancelledError  # the body swallowed a cancellation of this task
-    if watch.timed_out:
-        return error(f"tool call timed out after {tool.timeout:g}s", "TOOL_TIMEOUT",
-                     "ToolTimeoutError")
-    if watch.fired and entry.interrupts:
-        return aborted()
-    if failure is not None:
-        return failure
-    return body_result(entry, out, context is not None and context._concludes)
+    return _outcome(state, entry, watch, failure, out, context)
 
 
-async def _quiet(state: CallState, entry: Entry, context: RunContext | None) -> ToolResult:
-    """An interrupt body with no signal and no timeout: nothing can fire before it waits.
+async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -> ToolResult:
+    """An async interrupt body, awaited in this task, watched from its first wait on.
 
-    Its first step is taken here, watched by nothing; a body that then waits goes on
-    under a ``Watch`` (which only a cancellation of this task can trip), one that does
-    not (the common case) never needs one.
+    Its first step runs before anything watches it: nothing can interrupt a step, and
+    no timer can fire during one. A body that returns without waiting (the common case
+    for a quick tool) never needs a ``Watch``; one that waits gets it then, with the
+    timeout's deadline counted from the body's start. A signal that fired during that
+    first step is found then: at once by the ``Watch``, or afterwards for a body that
+    did not wait. (The run context's own signal follows the caller's meanwhile.)
     """
     execution = state.execution
+    timeout = entry.tool.timeout
+    started = asyncio.get_running_loop().time() if timeout is not None else 0.0
     watch: Watch | None = None
     failure: ToolResult | None = None
+    out: Any = None
     try:
         steps = entry.start(execution._arguments, context)
         if type(steps) is not CoroutineType:
@@ -123,21 +111,62 @@ async def _quiet(state: CallState, entry: Entry, context: RunContext | None) -> 
         except StopIteration as stop:
             out = stop.value
         else:
-            watch = Watch(context)
+            watch = _watch(state, entry, context, started)
             out = await resume(steps, yielded, watch)
         if entry.finish is not None:
             out = entry.finish(execution._name, out)
     except asyncio.CancelledError as exc:
         if watch is not None and watch.external:
             raise
-        failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
+        if watch is None or not watch.fired:
+            failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
         failure = from_exception(exc)
     finally:
+        if watch is not None:
+            _unwatch(watch)
         if context is not None:
             _settle(state, context)
-    if watch is not None and watch.external:
-        raise asyncio.CancelledError  # the body swallowed a cancellation of this task
+    if watch is None and (state.caller.cancelled or execution._signal.cancelled):
+        return aborted()  # its signal fired during its only step
+    return _outcome(state, entry, watch, failure, out, context)
+
+
+def _watch(state: CallState, entry: Entry, context: RunContext | None,
+           started: float | None) -> Watch:
+    """A watch on the call's signals and the tool's clock (from ``started``, else now)."""
+    watch = Watch(context)
+    caller = state.caller
+    if caller is not _NEVER:
+        watch.follow(caller)
+    installed = state.execution._signal
+    if installed is not caller and installed is not _NEVER:
+        watch.follow(installed)
+    timeout = entry.tool.timeout
+    if timeout is not None:
+        loop = asyncio.get_running_loop()
+        deadline = (loop.time() if started is None else started) + timeout
+        watch.timer = loop.call_at(deadline, watch.expire)
+    return watch
+
+
+def _unwatch(watch: Watch) -> None:
+    watch.stop()
+    if watch.timer is not None:
+        watch.timer.cancel()
+
+
+def _outcome(state: CallState, entry: Entry, watch: Watch | None, failure: ToolResult | None,
+             out: Any, context: RunContext | None) -> ToolResult:
+    """The dispatch result of a settled body (the most specific outcome first)."""
+    if watch is not None:
+        if watch.external:
+            raise asyncio.CancelledError  # the body swallowed a cancellation of this task
+        if watch.timed_out:
+            return error(f"tool call timed out after {entry.tool.timeout:g}s", "TOOL_TIMEOUT",
+                         "ToolTimeoutError")
+        if watch.fired and entry.interrupts:
+            return aborted()
     if failure is not None:
         return failure
     return body_result(entry, out, context is not None and context._concludes)
@@ -145,7 +174,7 @@ async def _quiet(state: CallState, entry: Entry, context: RunContext | None) -> 
 
 def _settle(state: CallState, context: RunContext) -> None:
     """The invocation is over: its context's effects stop, its messages are kept."""
-    context._active = False
+    context._settle()
     if context._deferred:
         if state.deferred is None:
             state.deferred = []

@@ -109,9 +109,10 @@ class RunContext(Execution):
     invocation runs; they may be called from a worker thread.
     """
 
-    __slots__ = ("_active", "_concludes", "_controller", "_deferred", "_fired")
+    __slots__ = ("_active", "_caller", "_concludes", "_controller", "_deferred", "_fired",
+                 "_followed", "_installed")
 
-    def __init__(self, execution: Execution) -> None:
+    def __init__(self, execution: Execution, caller: CancelSignal) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
         self._name = execution._name
@@ -126,6 +127,12 @@ class RunContext(Execution):
         self._signal = None  # type: ignore[assignment]
         self._controller: CancelController | None = None
         self._fired: str | None = None
+        # What the body signal follows (see ``signal``): the caller's signal, and the
+        # one an around-execute middleware installed.
+        self._caller = caller
+        self._installed = execution._signal
+        # Subscriptions made by ``_follow``; ``None`` once a ``Watch`` forwards instead.
+        self._followed: tuple[tuple[CancelSignal, int], ...] | None = ()
 
     @property
     def signal(self) -> CancelSignal:
@@ -137,11 +144,36 @@ class RunContext(Execution):
             signal = self._signal = controller.signal
             if self._fired is not None:
                 controller.cancel(self._fired)
+            elif self._active and self._followed is not None:
+                self._follow(self._caller)
+                if self._installed is not self._caller:
+                    self._follow(self._installed)
         return signal
 
     @signal.setter
     def signal(self, value: CancelSignal) -> None:
         raise AttributeError("RunContext.signal is read-only")
+
+    def _follow(self, source: CancelSignal) -> None:
+        """Fire the body signal when ``source`` does, until the invocation settles.
+
+        The pipeline's ``Watch`` does this once a body waits; this covers a body that
+        reads its signal before its first wait.
+        """
+        key = source._subscribe(lambda: self._cancel_body(source.reason or "cancelled"))
+        if key >= 0 and self._followed is not None:
+            self._followed = (*self._followed, (source, key))
+
+    def _hand_over(self) -> None:
+        """A ``Watch`` now fires the body signal for the same sources: stop following."""
+        self._unfollow()
+        self._followed = None
+
+    def _unfollow(self) -> None:
+        if self._followed:
+            for source, key in self._followed:
+                source._unsubscribe(key)
+            self._followed = ()
 
     def _cancel_body(self, reason: str) -> None:
         if self._fired is None:
@@ -190,4 +222,6 @@ class RunContext(Execution):
             self._concludes = True
 
     def _settle(self) -> None:
+        """The invocation is over: its effects stop and its signal follows nothing more."""
         self._active = False
+        self._unfollow()

@@ -48,10 +48,13 @@ class Watch:
     delivered = False  # a CancelledError we caused has reached the awaited code
     external = False
     waiting: asyncio.Future[Any] | None = None
+    timer: asyncio.TimerHandle | None = None  # the tool's timeout, when it has one
     _followed: tuple[tuple[CancelSignal, int], ...] = ()
 
     def __init__(self, context: RunContext | None = None) -> None:
         self.context = context
+        if context is not None:
+            context._hand_over()  # this watch fires its body signal from now on
 
     def follow(self, signal: CancelSignal) -> None:
         """Fire when ``signal`` fires (at once if it already has)."""
