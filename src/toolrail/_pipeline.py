@@ -52,6 +52,7 @@ __all__ = [
     "commit_now",
     "decide",
     "decide_now",
+    "dispatched",
     "execute",
     "resolve",
     "run_dispatch",
@@ -88,7 +89,7 @@ async def execute(
             if chains.for_call(AROUND, scope):
                 await run_dispatch(registry, state)
             else:
-                _dispatched(state, await core(state, state.entry))
+                dispatched(state, await core(state, state.entry))
     if (state.phase == DISPATCHED or state.phase == DENIED) and chains.for_call(POST, scope):
         await post_execute(registry, state)
     return finish(registry, state)
@@ -295,7 +296,7 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
     entry = state.entry
     chain = registry._chains.for_call(AROUND, execution._scope)
     if not chain:
-        _dispatched(state, await core(state, entry))
+        dispatched(state, await core(state, entry))
         return
     state.trusted = False
     execution._signal_writable = True
@@ -307,10 +308,10 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
     finally:
         execution._signal_writable = False
         execution._signal = state.caller
-    _dispatched(state, result)
+    dispatched(state, result)
 
 
-def _dispatched(state: CallState, result: ToolResult) -> None:
+def dispatched(state: CallState, result: ToolResult) -> None:
     """Stage 9, and whether the call ended before its body could start."""
     try:
         if state.deferred is not None:

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ._body import core
 from ._cancel import CancelController, CancelSignal, link
+from ._chains import AROUND
 from ._commit import finish, post_execute
-from ._pipeline import begin, commit_now, decide, decide_now, resolve, run_dispatch
+from ._pipeline import begin, commit_now, decide, decide_now, dispatched, resolve, run_dispatch
 from ._results import ContextMessage, ToolResult
 from ._state import READY, CallState
 from ._tool import ExecutionMode, ToolCall
@@ -279,7 +281,8 @@ class _Driver:
     def _prepare(self, index: int) -> _Slot:
         """Start call ``index``: stages 1-3 (the caller then finishes prepare)."""
         call = self.calls[index]
-        signal, unlink = link(self.batch.signal, call.signal or CancelSignal.never())
+        batch = self.batch.signal
+        signal, unlink = (batch, _unlinked) if call.signal is None else link(batch, call.signal)
         snapshot, self.snapshot = self.snapshot, None
         state = begin(self.registry, call, self.scopes[index], signal, snapshot)
         slot = self.slots[index] = _Slot(index, state, unlink)
@@ -293,8 +296,12 @@ class _Driver:
         slot.task = asyncio.get_running_loop().create_task(self._dispatch(slot))
 
     async def _dispatch(self, slot: _Slot) -> None:
+        state = slot.state
         try:
-            await run_dispatch(self.registry, slot.state)
+            if self.registry._chains.for_call(AROUND, state.execution._scope):
+                await run_dispatch(self.registry, state)
+            else:
+                dispatched(state, await core(state, state.entry))
         except BaseException as exc:
             # Anything but the cancellation the driver itself asked for is a failure of
             # the scheduler (a CancelledError a middleware raised on its own included).
@@ -347,3 +354,7 @@ class _Driver:
                 slot.task.exception()  # retrieved: the first failure is raised instead
         if cancelled:
             raise asyncio.CancelledError
+
+
+def _unlinked() -> None:
+    """The undo of a call's signal that is the batch's own: nothing to undo."""
