@@ -286,3 +286,32 @@ async def test_a_body_that_cancels_its_signal_then_waits_is_interrupted_at_that_
     assert reached == ["interrupted"]
     assert result.error is not None
     assert result.error.code == "ABORTED"
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+async def test_middleware_added_while_a_body_waits_runs_in_that_calls_later_stages(
+    scoped: bool,
+) -> None:
+    registry = tr.ToolRegistry()
+    scope = registry.scope("agent") if scoped else None
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    tool = tr.Tool(name="t", description="", parameters={"type": "object"}, execute=body)
+    (scope or registry).register(tool)
+    call = tr.ToolCall(call_id="1", name="t")
+    task = asyncio.ensure_future((scope or registry).execute(call))
+    await asyncio.wait_for(started.wait(), WAIT)
+    assert registry._chains.quiet  # no middleware anywhere while the call started
+
+    def replace(execution: tr.Execution, result: tr.ToolResult, call_next: Any) -> tr.Accept:
+        return tr.Accept(content="replaced")
+
+    (scope or registry).post_execute(replace)
+    release.set()
+    result = await asyncio.wait_for(task, WAIT)
+    assert result.text == "replaced"

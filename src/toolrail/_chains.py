@@ -36,9 +36,12 @@ class _Link:
 class Chains:
     """The registered middleware and observers of one registry."""
 
-    __slots__ = ("_cache", "_every", "_links", "_scoped")
+    __slots__ = ("_cache", "_every", "_links", "_scoped", "quiet")
 
     def __init__(self) -> None:
+        # No pre-, around- or post-execute middleware at all, in any scope: a call
+        # without any (the common case) reads this instead of looking up three chains.
+        self.quiet = True
         self._links: list[list[_Link]] = [[], [], [], []]
         self._every: list[tuple[Callable[..., Any], ...]] = [(), (), (), ()]
         self._scoped: list[dict[Hashable, int]] = [{}, {}, {}, {}]
@@ -91,3 +94,5 @@ class Chains:
     def _rebuild(self, stage: Stage) -> None:
         self._every[stage] = tuple(link.fn for link in self._links[stage] if link.scope is None)
         self._cache[stage] = {}
+        links = self._links
+        self.quiet = not (links[PRE] or links[AROUND] or links[POST])

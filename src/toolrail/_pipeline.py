@@ -79,25 +79,28 @@ async def execute(
     scope = call.scope if _scope is None else _scope
     state = begin(registry, call, scope, call.signal)
     chains = registry._chains
+    # Each stage reads its chain as it stands when it starts (``quiet``: none at all).
     if state.phase == READY:
-        if chains.for_call(PRE, scope):
+        if not chains.quiet and chains.for_call(PRE, scope):
             await decide(registry, state)
         else:
             check_guards(registry, state)
         if state.phase == READY:
             resolve(registry, state)
-            if chains.for_call(AROUND, scope):
+            if not chains.quiet and chains.for_call(AROUND, scope):
                 await run_dispatch(registry, state)
             else:
                 dispatched(state, await core(state, state.entry))
-    if (state.phase == DISPATCHED or state.phase == DENIED) and chains.for_call(POST, scope):
+    if (state.phase == DISPATCHED or state.phase == DENIED) and not chains.quiet and (
+            chains.for_call(POST, scope)):
         await post_execute(registry, state)
     return finish(registry, state)
 
 
 def decide_now(registry: ToolRegistry, state: CallState) -> bool:
     """Stages 4-7 when there is no pre-execute middleware to await; else ``False``."""
-    if registry._chains.for_call(PRE, state.execution._scope):
+    chains = registry._chains
+    if not chains.quiet and chains.for_call(PRE, state.execution._scope):
         return False
     check_guards(registry, state)
     return True
@@ -105,8 +108,9 @@ def decide_now(registry: ToolRegistry, state: CallState) -> bool:
 
 def commit_now(registry: ToolRegistry, state: CallState) -> ToolResult | None:
     """Stages 10-13 when there is no post-execute middleware to await; else ``None``."""
-    if (state.phase == DISPATCHED or state.phase == DENIED) and registry._chains.for_call(
-            POST, state.execution._scope):
+    chains = registry._chains
+    if (state.phase == DISPATCHED or state.phase == DENIED) and not chains.quiet and (
+            chains.for_call(POST, state.execution._scope)):
         return None
     return finish(registry, state)
 

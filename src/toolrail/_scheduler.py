@@ -298,7 +298,8 @@ class _Driver:
     async def _dispatch(self, slot: _Slot) -> None:
         state = slot.state
         try:
-            if self.registry._chains.for_call(AROUND, state.execution._scope):
+            chains = self.registry._chains
+            if not chains.quiet and chains.for_call(AROUND, state.execution._scope):
                 await run_dispatch(self.registry, state)
             else:
                 dispatched(state, await core(state, state.entry))
