@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import mcp
@@ -21,11 +24,14 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.memory import create_client_server_memory_streams
 from pydantic import BaseModel
 
 import toolrail as tr
 import toolrail.mcp
-from mcp_fixtures.processes import STDIO_ARGS, http_server
+import toolrail.mcp._server
+from mcp_fixtures.processes import STDIO_ARGS, free_port, http_server
 
 WAIT = 10
 CallNext = Callable[[], Awaitable[tr.ToolResult]]
@@ -151,6 +157,136 @@ async def test_over_stdio_a_cancelled_request_aborts_the_call_in_the_server() ->
 
     assert outcomes.structured_content is not None
     assert "slow:ABORTED" in outcomes.structured_content["result"]
+
+
+WAITING_SERVER = """
+import asyncio, sys
+import toolrail as tr, toolrail.mcp
+
+log = open(sys.argv[1], "a", buffering=1)
+lines = []
+noted = asyncio.Event()
+
+def note(line):
+    lines.append(line)
+    log.write(line + "\\n")
+    noted.set()
+
+registry = tr.ToolRegistry()
+started = asyncio.Event()
+registry.on_result(lambda execution, result: note(
+    f"{execution.name} {result.error.code if result.error else 'OK'}"))
+
+async def wait(arguments, context):
+    first = asyncio.current_task()
+    started.set()
+    await context.signal.wait()  # a CancelledError from outside would end it here
+    note(f"signal {context.signal.reason!r}, one task: {asyncio.current_task() is first}")
+    return "stopped"
+
+registry.register(tr.Tool(name="wait", description="", parameters={"type": "object"},
+                          execute=wait, cancellation="cooperative"))
+
+@registry.tool
+async def wait_started() -> str:
+    await started.wait()
+    started.clear()
+    return "started"
+
+@registry.tool
+async def noted_once_aborted(count: int) -> list[str]:
+    async def enough():
+        while lines.count("wait ABORTED") < count:
+            noted.clear()
+            await noted.wait()
+    await asyncio.wait_for(enough(), 10)
+    return lines
+
+if sys.argv[2] == "stdio":
+    asyncio.run(toolrail.mcp.serve_stdio(registry))
+else:
+    asyncio.run(toolrail.mcp.serve_http(registry, port=int(sys.argv[2])))
+"""
+
+CANCELLED_THEN_CUT_OFF = [
+    "wait_started OK",
+    "signal 'cancelled by the MCP client', one task: True",
+    "wait ABORTED",
+] * 2
+
+
+async def cancel_one_call_then_leave_with_another_running(session: ClientSession) -> Any:
+    await asyncio.wait_for(session.initialize(), WAIT)
+    cancelled = asyncio.ensure_future(session.call_tool("wait"))
+    await asyncio.wait_for(session.call_tool("wait_started"), WAIT)
+    cancelled.cancel()  # notifications/cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    cut_off = asyncio.ensure_future(session.call_tool("wait"))
+    await asyncio.wait_for(session.call_tool("wait_started"), WAIT)
+    return cut_off
+
+
+@contextmanager
+def serving_over_http(script: Path, log: Path, deadline: float = 10) -> Iterator[str]:
+    """Run ``WAITING_SERVER`` over streamable HTTP on a free loopback port; yield its URL."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(script), str(log), str(port)])
+    try:
+        give_up = time.monotonic() + deadline
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > give_up or process.poll() is not None:
+                    raise
+                time.sleep(0.05)  # polling the subprocess's readiness, bounded above
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(deadline)
+        except subprocess.TimeoutExpired:  # it would not stop: fail, leaving nothing behind
+            process.kill()
+            process.wait(deadline)
+            raise
+
+
+async def test_over_stdio_a_call_cancelled_or_cut_off_ends_through_its_signal(
+    tmp_path: Path,
+) -> None:
+    script, log = tmp_path / "server.py", tmp_path / "log.txt"
+    script.write_text(WAITING_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script), str(log), "stdio"])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        cut_off = await cancel_one_call_then_leave_with_another_running(session)
+    # Leaving closed the server's input with the second call running; the server ended it
+    # before it exited (the client waits for that, and would kill it after 2 s).
+    with pytest.raises(MCPError, match="Connection closed"):
+        await asyncio.wait_for(cut_off, WAIT)
+
+    assert log.read_text().splitlines() == CANCELLED_THEN_CUT_OFF
+
+
+async def test_over_handshake_http_a_call_cancelled_or_cut_off_ends_through_its_signal(
+    tmp_path: Path,
+) -> None:
+    script, log = tmp_path / "server.py", tmp_path / "log.txt"
+    script.write_text(WAITING_SERVER)
+    with serving_over_http(script, log) as url:
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            cut_off = await cancel_one_call_then_leave_with_another_running(session)
+        # Leaving ended the HTTP session with the second call running.
+        with pytest.raises(MCPError, match="Connection closed"):
+            await asyncio.wait_for(cut_off, WAIT)
+        async with mcp.Client(url, mode="legacy", cache=None) as client:
+            noted = await client.call_tool("noted_once_aborted", {"count": 2})
+
+    assert noted.structured_content == {"result": CANCELLED_THEN_CUT_OFF}
 
 
 # ---- over streamable HTTP, in a subprocess ------------------------------------------------
@@ -423,6 +559,168 @@ async def test_a_tool_body_runs_in_one_task_from_its_first_step_to_its_last() ->
 
     assert (text_of(result), result.is_error) == ("done", False)
     assert tasks[0] is tasks[1]
+
+
+class Waiter:
+    """A cooperative tool body that waits for its signal, and what the call went through."""
+
+    def __init__(self, registry: tr.ToolRegistry) -> None:
+        self.started = asyncio.Event()
+        self.ended = asyncio.Event()
+        self.tasks: list[asyncio.Task[Any] | None] = []
+        self.reasons: list[str | None] = []
+        self.codes: list[str | None] = []
+        registry.on_result(self.observe)
+        registry.register(
+            tr.Tool(
+                name="wait",
+                description="",
+                parameters={"type": "object"},
+                execute=self.body,
+                cancellation="cooperative",
+            )
+        )
+
+    async def body(self, arguments: tr.JsonValue, context: tr.RunContext) -> str:
+        self.tasks.append(asyncio.current_task())
+        self.started.set()
+        await context.signal.wait()  # a CancelledError from outside would end it here
+        self.tasks.append(asyncio.current_task())
+        self.reasons.append(context.signal.reason)
+        return "stopped"
+
+    def observe(self, execution: tr.Execution, result: tr.ToolResult) -> None:
+        if execution.name == "wait":
+            self.codes.append(result.error.code if result.error is not None else None)
+            self.ended.set()
+
+    def saw_one_call_end_through_its_signal(self) -> bool:
+        return (
+            self.codes == ["ABORTED"]
+            and self.reasons == ["cancelled by the MCP client"]
+            and len(self.tasks) == 2
+            and self.tasks[0] is self.tasks[1]
+        )
+
+
+@pytest.fixture
+def holds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each call was held in its handler's task (rather than run in a task of its own)."""
+    seen: list[bool] = []
+    hold = toolrail.mcp._server._hold
+
+    def spy(ctx: Any, controller: Any) -> bool:
+        held = hold(ctx, controller)
+        seen.append(held)
+        return held
+
+    monkeypatch.setattr(toolrail.mcp._server, "_hold", spy)
+    return seen
+
+
+class StreamTransport:
+    """The server run on memory streams, as a ``Transport`` for ``mcp.Client``: unlike
+    ``mcp.Client(server)``, a 2026 client then talks JSON-RPC to it, as over stdio."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.streams = create_client_server_memory_streams()
+        self.running: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> Any:
+        client_side, server_side = await self.streams.__aenter__()
+        options = self.app.create_initialization_options()
+        self.running = asyncio.ensure_future(self.app.run(*server_side, options))
+        return client_side
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.streams.__aexit__(*exc)  # end of input: the server stops
+        assert self.running is not None
+        await asyncio.wait_for(self.running, WAIT)
+
+
+@pytest.mark.parametrize(
+    ("connection", "held"),
+    [("handshake in memory", True), ("2026 over a stream", True), ("2026 direct", False)],
+)
+async def test_a_client_cancellation_reaches_the_call_only_as_its_signal(
+    connection: str, held: bool, holds: list[bool]
+) -> None:
+    # Where the SDK's JSON-RPC dispatcher serves it (notifications/cancelled) the call is
+    # held in its handler's task; over the 2026 direct dispatch it runs in a task of its own.
+    registry = tr.ToolRegistry()
+    waiter = Waiter(registry)
+    app = toolrail.mcp.server(registry)
+    client = {
+        "handshake in memory": lambda: mcp.Client(app, mode="legacy", cache=None),
+        "2026 over a stream": lambda: mcp.Client(StreamTransport(app), cache=None),
+        "2026 direct": lambda: mcp.Client(app, mode="auto", cache=None),
+    }[connection]()
+    async with client:
+        call = asyncio.ensure_future(client.session.call_tool("wait", {}))
+        await asyncio.wait_for(waiter.started.wait(), WAIT)
+        call.cancel()
+        await asyncio.wait_for(waiter.ended.wait(), WAIT)
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        listed = await client.session.list_tools()  # the server is still serving
+
+    assert [tool.name for tool in listed.tools] == ["wait"]
+    assert holds == [held]
+    assert waiter.saw_one_call_end_through_its_signal()
+
+
+async def test_a_raising_signal_callback_does_not_break_the_connection(holds: list[bool]) -> None:
+    registry = tr.ToolRegistry()
+    waiter = Waiter(registry)
+
+    async def around(execution: tr.Execution, call_next: CallNext) -> tr.ToolResult:
+        def boom() -> None:
+            raise RuntimeError("callback failed")
+
+        execution.signal.add_callback(boom)
+        return await call_next()
+
+    registry.around_execute(around)
+    async with memory_session(toolrail.mcp.server(registry)) as client:
+        call = asyncio.ensure_future(client.session.call_tool("wait", {}))
+        await asyncio.wait_for(waiter.started.wait(), WAIT)
+        call.cancel()  # fires the signal in the SDK's read loop, callbacks and all
+        await asyncio.wait_for(waiter.ended.wait(), WAIT)
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        unknown = await client.session.call_tool("not_there", {})  # still serving
+
+    assert holds == [True, True]
+    assert waiter.saw_one_call_end_through_its_signal()
+    assert (unknown.meta or {})["toolrail/error"]["code"] == "UNKNOWN_TOOL"
+
+
+@pytest.mark.parametrize("how", ["end of input", "server cancelled"])
+async def test_a_connection_that_ends_mid_call_ends_the_call_through_its_signal(
+    how: str, holds: list[bool]
+) -> None:
+    registry = tr.ToolRegistry()
+    waiter = Waiter(registry)
+    app = toolrail.mcp.server(registry)
+    async with create_client_server_memory_streams() as (client_side, server_side):
+        running = asyncio.ensure_future(app.run(*server_side, app.create_initialization_options()))
+        async with ClientSession(*client_side) as session:
+            await asyncio.wait_for(session.initialize(), WAIT)
+            call = asyncio.ensure_future(session.call_tool("wait", {}))
+            await asyncio.wait_for(waiter.started.wait(), WAIT)
+            if how == "end of input":
+                await client_side[1].aclose()
+            else:
+                running.cancel()
+            await asyncio.wait((running,), timeout=WAIT)
+            # The server waited for the call: it had ended, observers told, when run() did.
+            assert running.done()
+            assert waiter.saw_one_call_end_through_its_signal()
+            call.cancel()
+            await asyncio.wait_for(asyncio.gather(call, return_exceptions=True), WAIT)
+
+    assert holds == [True]
 
 
 async def test_tools_list_changes_when_a_visible_tool_is_added_replaced_or_removed() -> None:

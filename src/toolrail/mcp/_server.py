@@ -3,11 +3,13 @@
 * ``tools/list`` is ``registry.schemas(scope)`` with each tool's ``outputSchema``
   (wrapped when it is not an object schema, see ``_wire``) and ``annotations``.
 * ``tools/call`` runs the full pipeline: ``registry.execute`` with the JSON-RPC request
-  id as ``call_id`` and the signal of a fresh ``CancelController``. The call's first
-  step runs in the handler; a call that then waits continues in a task of its own, so
-  that the client's ``notifications/cancelled`` (which the SDK delivers by cancelling
-  the handler) only *fires that signal*: the pipeline ends the call as ``ABORTED``,
-  observers notified, and the handler waits for it.
+  id as ``call_id`` and the signal of a fresh controller. The client cancelling the
+  request (``notifications/cancelled``, or a closed response stream on HTTP) or the
+  connection ending under it only *fires that signal*: the pipeline ends the call as
+  ``ABORTED``, observers notified, and the handler waits for it. The call runs in the
+  handler's own task where the SDK's JSON-RPC dispatcher serves it (stdio, in-memory,
+  handshake-era HTTP; see ``_hold``), in a task of its own elsewhere; either way a tool
+  body runs in one task from its first step to its last.
 * A registry change that alters what the scope sees is announced once per burst:
   ``notifications/tools/list_changed`` to every handshake-era connection, and a
   ``ToolsListChanged`` event to every 2026-era ``subscriptions/listen`` stream.
@@ -20,17 +22,21 @@ streams, and the task that sends the notifications.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import AsyncIterator, Hashable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Hashable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 from mcp import types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import CancelController, Tool, ToolCall, ToolRegistry, __version__
@@ -151,7 +157,7 @@ class _View:
         self, ctx: ServerRequestContext[_Run], params: types.CallToolRequestParams
     ) -> dict[str, Any]:
         name, arguments = params.name, params.arguments
-        controller = CancelController()
+        controller = _Controller()
         call = ToolCall(
             call_id=str(ctx.request_id),
             name=name,
@@ -160,21 +166,152 @@ class _View:
             signal=controller.signal,
         )
         tool = self.registry.get(name, self.scope)
-        # The call runs in a task of its own, awaited on every path. The SDK cancels this
-        # handler when the client cancels the request; that must reach the call as its
-        # signal (it then ends ABORTED, observers notified), never as a CancelledError
-        # inside it. (Running the call's first step here instead, to save the task,
-        # would start tool bodies in one task and finish them in another: a body's
-        # asyncio.timeout or anyio cancel scope would then belong to the wrong task.)
-        task = asyncio.get_running_loop().create_task(self.registry.execute(call))
+        # Never a CancelledError inside the call: its cancellations reach it as its signal.
+        if _hold(ctx, controller):
+            try:
+                result = await self.registry.execute(call)
+            finally:
+                controller.release()
+        else:
+            result = await _in_a_task(self.registry.execute(call), controller)
+        return wire_result(result, tool)
+
+
+_CANCELLED = "cancelled by the MCP client"
+
+
+class _Controller(CancelController):
+    """A call's controller: ``cancel()`` fires the call's signal, and never raises.
+
+    While the call is held (``_hold``), the dispatcher knows it as the request's cancel
+    scope: a client cancellation calls ``cancel()`` here instead of cancelling the
+    handler.
+    """
+
+    __slots__ = ("calls", "entry", "scope")
+    calls: _HeldCalls  # these three are set only while the call is held
+    entry: Any
+    scope: anyio.CancelScope
+
+    def cancel(self, reason: str = _CANCELLED) -> None:
         try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            controller.cancel("cancelled by the MCP client")
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait((task,))
-            raise
-        return wire_result(task.result(), tool)
+            super().cancel(reason)
+        except Exception:  # a raising signal callback must not break the SDK's read loop
+            logger.warning("a signal callback raised when a call was cancelled", exc_info=True)
+
+    def release(self) -> None:
+        """Give the request its scope back once the call has ended."""
+        self.calls.calls.discard(self)
+        scope = self.scope
+        scope.shield = False  # a shutdown that came meanwhile now reaches the handler
+        entry = self.entry
+        if entry.scope is self:
+            entry.scope = scope
+
+
+async def _in_a_task(work: Coroutine[Any, Any, T], controller: _Controller) -> T:
+    """Await ``work`` in a task of its own; a cancellation of this one fires ``controller``.
+
+    For the handlers ``_hold`` cannot hold: the SDK cancels the handler, and that must
+    reach the call as its signal, never as a ``CancelledError`` inside it.
+    """
+    task = asyncio.get_running_loop().create_task(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        controller.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait((task,))
+        raise
+    return task.result()
+
+
+# ---- holding a call in its handler's task: mcp 2.3's JSONRPCDispatcher, not public API --
+#
+# That dispatcher (stdio, in-memory, streamable HTTP of the handshake era, and the
+# 2026-era stream loop) runs each request's handler in a task of its own, inside a cancel
+# scope it keeps in its ``_in_flight`` table. It cancels that scope when the client sends
+# ``notifications/cancelled``, and its whole task group when it shuts down (end of input,
+# or its own caller cancelled). To run a call right in the handler's task and still have
+# both reach the call only as its signal:
+#
+# * the table's entry for the request is pointed at the call's ``_Controller``, so a
+#   client cancellation calls ``_Controller.cancel()``;
+# * the request's scope is shielded while the call runs, so a shutdown does not cancel
+#   the handler; instead one ``_HeldCalls`` task per dispatcher, in its task group, is
+#   cancelled, and fires the signals of that dispatcher's held calls.
+#
+# Anything not as expected (another dispatcher, another SDK version) and the call runs in
+# a task of its own instead (``_in_a_task``), as it does on the other transports.
+
+
+class _HeldCalls:
+    """The calls held on one dispatcher, and whether it still runs."""
+
+    __slots__ = ("calls", "closed", "in_flight")
+
+    def __init__(self, in_flight: dict[Any, Any]) -> None:
+        self.in_flight = in_flight
+        self.calls: set[_Controller] = set()
+        self.closed = False
+
+    async def watch(self, held: dict[Any, _HeldCalls], dispatcher: Any) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:  # the dispatcher's task group is cancelled
+            self.closed = True
+            if held.get(dispatcher) is self:
+                del held[dispatcher]
+            for controller in list(self.calls):
+                controller.cancel()
+
+
+def _hold(ctx: ServerRequestContext[_Run], controller: _Controller) -> bool:
+    """Hold the call in the handler's task (see above); False if it cannot be."""
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    dispatcher = getattr(outbound, "_dispatcher", None)
+    if dispatcher is None:  # the 2026-era stream loop wraps the dispatcher's context
+        outbound = getattr(outbound, "_inner", None)
+        dispatcher = getattr(outbound, "_dispatcher", None)
+    held = ctx.lifespan_context.held
+    calls = held.get(dispatcher) or _watch(dispatcher, held)
+    request_id = ctx.request_id
+    if calls is None or calls.closed or request_id is None:
+        return False
+    entry = calls.in_flight.get(coerce_request_id(request_id))
+    if entry is None or getattr(entry, "dctx", None) is not outbound:
+        return False
+    scope = getattr(entry, "scope", None)
+    if not isinstance(scope, anyio.CancelScope) or scope.shield or scope.cancel_called:
+        return False
+    controller.calls, controller.entry, controller.scope = calls, entry, scope
+    calls.calls.add(controller)
+    scope.shield = True
+    entry.scope = controller
+    return True
+
+
+def _watch(dispatcher: Any, held: dict[Any, _HeldCalls]) -> _HeldCalls | None:
+    """Start watching ``dispatcher`` if it is the one ``_hold`` knows."""
+    if type(dispatcher) is not JSONRPCDispatcher:
+        return None
+    in_flight = getattr(dispatcher, "_in_flight", None)
+    group = getattr(dispatcher, "_tg", None)
+    if (
+        not isinstance(in_flight, dict)
+        or not isinstance(group, anyio.abc.TaskGroup)
+        or getattr(dispatcher, "_peer_cancel_mode", None) != "interrupt"
+    ):
+        return None
+    calls = _HeldCalls(in_flight)
+    try:
+        # In a context of its own: the task lives as long as the connection, and must
+        # not keep the first request's context (its OpenTelemetry span, say) that long.
+        contextvars.Context().run(group.start_soon, calls.watch, held, dispatcher)
+    except RuntimeError:  # the group no longer takes tasks
+        return None
+    held[dispatcher] = calls
+    return calls
 
 
 class _Run:
@@ -185,6 +322,7 @@ class _Run:
         self.changed = anyio.Event()
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
+        self.held: dict[Any, _HeldCalls] = {}  # by dispatcher, see _hold
 
     def mark_changed(self) -> None:
         self.changed.set()

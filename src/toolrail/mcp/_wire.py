@@ -105,7 +105,10 @@ def wire_tool(schema: ToolSchema, tool: Tool) -> dict[str, Any]:
 
 def wire_result(result: ToolResult, tool: Tool | None) -> dict[str, Any]:
     """A ``CallToolResult`` in its wire form, for the tool the call resolved (if any)."""
-    content = [_wire_block(block) for block in result.content]
+    content = [
+        {"type": "text", "text": block.text} if type(block) is TextContent else _wire_block(block)
+        for block in result.content
+    ]
     if result.is_error:
         wire: dict[str, Any] = {"content": content, "isError": True, "resultType": "complete"}
         error = result.error
@@ -117,13 +120,17 @@ def wire_result(result: ToolResult, tool: Tool | None) -> dict[str, Any]:
     value = result.value
     schema = tool.output_schema if tool is not None else None
     if schema is not None:
-        if not is_object_schema(schema):
-            wire["structuredContent"] = {"result": thaw(value)}
+        if schema.get("type") != "object":
+            scalar = type(value) in _SCALARS
+            wire["structuredContent"] = {"result": value if scalar else thaw(value)}
         elif value is not None:
             wire["structuredContent"] = thaw(value)
     elif isinstance(value, FrozenDict):
         wire["structuredContent"] = thaw(value)
     return wire
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _wire_block(block: Content) -> dict[str, Any]:
