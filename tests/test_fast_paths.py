@@ -1,8 +1,9 @@
 """The hot path's shortcuts behave exactly like the general path they skip.
 
-A typed async tool that takes no ``RunContext``, called without a signal and without a
-timeout, is awaited directly (no watch, no run context): only a cancellation of the
-task running ``execute`` can reach it. Results are built by filling twin classes.
+An async interrupt body takes its first step before anything watches it, and gets a
+watch only when it waits; a typed function without a ``RunContext`` parameter is given
+none; results are built by filling twin classes; a registry without middleware skips
+the chain lookups.
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ def observed(registry: tr.ToolRegistry) -> list[tr.ToolResult]:
     return seen
 
 
-async def test_a_direct_body_cancelled_with_its_task_is_awaited_then_cancellation_propagates(
+async def cancel_once_started(registry: tr.ToolRegistry, call: tr.ToolCall,
+                              started: asyncio.Event) -> None:
+    """Run ``call``, cancel the task running it once the body started: it must propagate."""
+    task = asyncio.ensure_future(registry.execute(call))
+    await asyncio.wait_for(started.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAIT)
+
+
+async def test_a_typed_body_cancelled_with_its_task_is_awaited_then_cancellation_propagates(
 ) -> None:
     registry = tr.ToolRegistry()
     seen = observed(registry)
@@ -40,17 +51,13 @@ async def test_a_direct_body_cancelled_with_its_task_is_awaited_then_cancellatio
             finished.set()
         return path
 
-    task = asyncio.ensure_future(
-        registry.execute(tr.ToolCall(call_id="1", name="slow", arguments={"path": "p"})))
-    await asyncio.wait_for(started.wait(), WAIT)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, WAIT)
+    await cancel_once_started(
+        registry, tr.ToolCall(call_id="1", name="slow", arguments={"path": "p"}), started)
     assert finished.is_set()
     assert seen == []  # no result is built or notified
 
 
-async def test_a_direct_body_that_swallows_its_tasks_cancellation_still_propagates_it() -> None:
+async def test_a_typed_body_that_swallows_its_tasks_cancellation_still_propagates_it() -> None:
     registry = tr.ToolRegistry()
     seen = observed(registry)
     started = asyncio.Event()
@@ -65,17 +72,13 @@ async def test_a_direct_body_that_swallows_its_tasks_cancellation_still_propagat
             swallowed.append(True)
         return path
 
-    task = asyncio.ensure_future(
-        registry.execute(tr.ToolCall(call_id="1", name="stubborn", arguments={"path": "p"})))
-    await asyncio.wait_for(started.wait(), WAIT)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, WAIT)
+    await cancel_once_started(
+        registry, tr.ToolCall(call_id="1", name="stubborn", arguments={"path": "p"}), started)
     assert swallowed == [True]
     assert seen == []
 
 
-async def test_a_direct_bodys_own_cancelled_error_is_a_failure() -> None:
+async def test_a_typed_bodys_own_cancelled_error_is_a_failure() -> None:
     registry = tr.ToolRegistry()
 
     @registry.tool
@@ -88,7 +91,7 @@ async def test_a_direct_bodys_own_cancelled_error_is_a_failure() -> None:
     assert await asyncio.sleep(0, "still running") == "still running"
 
 
-async def test_a_direct_bodys_cancelled_error_while_the_task_was_already_cancelling_propagates(
+async def test_a_typed_bodys_cancelled_error_while_its_task_is_already_cancelling_propagates(
 ) -> None:
     registry = tr.ToolRegistry()
     entered = asyncio.Event()
@@ -132,7 +135,7 @@ async def test_a_typed_tool_with_a_signal_is_still_interrupted_by_it() -> None:
     assert result.error.code == "ABORTED"
 
 
-async def test_a_direct_body_gets_validated_arguments_and_its_value_is_converted() -> None:
+async def test_a_typed_body_gets_validated_arguments_and_its_value_is_converted() -> None:
     registry = tr.ToolRegistry()
 
     @registry.tool
@@ -189,11 +192,7 @@ async def test_a_raw_body_without_a_signal_sees_its_signal_fire_before_the_cance
 
     registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
                               execute=body))
-    task = asyncio.ensure_future(registry.execute(tr.ToolCall(call_id="1", name="t")))
-    await asyncio.wait_for(started.wait(), WAIT)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, WAIT)
+    await cancel_once_started(registry, tr.ToolCall(call_id="1", name="t"), started)
     assert seen == ["signal fired", "body cancelled, signal cancelled"]
 
 

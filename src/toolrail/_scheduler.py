@@ -165,12 +165,8 @@ class _Driver:
         try:
             while (slot := await self._next()) is not None:
                 results.append(self._committed(slot))
-        except asyncio.CancelledError:
-            await self._stop_in_flight(cancel_tasks=True)
-            raise
-        except BaseException:
-            self.batch.cancel("the scheduler failed")
-            await self._stop_in_flight(cancel_tasks=False)
+        except BaseException as exc:
+            await self._wind_down(exc)
             raise
         finally:
             unhook()
@@ -195,15 +191,24 @@ class _Driver:
                 await self._stop_in_flight(cancel_tasks=True)
                 raise
             raise
-        except asyncio.CancelledError:
-            await self._stop_in_flight(cancel_tasks=True)
-            raise
-        except BaseException:
-            self.batch.cancel("the scheduler failed")
-            await self._stop_in_flight(cancel_tasks=False)
+        except BaseException as exc:
+            await self._wind_down(exc)
             raise
         finally:
             unhook()
+
+    async def _wind_down(self, exc: BaseException) -> None:
+        """The driver stopped on ``exc``: wait for what is in flight (the caller re-raises).
+
+        A cancellation of the task running the batch cancels the dispatch tasks too;
+        any other exception is a failure of the scheduler: the batch is cancelled (the
+        bodies see their signal) and waited for.
+        """
+        if isinstance(exc, asyncio.CancelledError):
+            await self._stop_in_flight(cancel_tasks=True)
+        else:
+            self.batch.cancel("the scheduler failed")
+            await self._stop_in_flight(cancel_tasks=False)
 
     def _hook(self) -> Callable[[], None]:
         """Follow the caller's signal and wake on the batch's; returns the undo."""
