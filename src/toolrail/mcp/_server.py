@@ -16,7 +16,8 @@
 
 Each run of the server (its lifespan: one per stdio or in-memory connection, one for a
 whole streamable-HTTP app) owns one ``_Run``: the connections to notify, the listen
-streams, and the task that sends the notifications.
+streams, the task that sends the notifications, and the calls held on each of its
+dispatchers.
 """
 
 from __future__ import annotations
@@ -315,14 +316,15 @@ def _watch(dispatcher: Any, held: dict[Any, _HeldCalls]) -> _HeldCalls | None:
 
 
 class _Run:
-    """One run of the server: who to tell about changes, and the task that tells them."""
+    """One run of the server: who to tell about changes, the task that tells them, and
+    the calls held in their handlers' tasks (by dispatcher, see ``_hold``)."""
 
     def __init__(self) -> None:
         self.connections: set[Connection] = set()
         self.changed = anyio.Event()
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
-        self.held: dict[Any, _HeldCalls] = {}  # by dispatcher, see _hold
+        self.held: dict[Any, _HeldCalls] = {}
 
     def mark_changed(self) -> None:
         self.changed.set()
