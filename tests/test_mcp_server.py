@@ -1,9 +1,10 @@
 """``toolrail.mcp.server``: a registry served over MCP, driven by the SDK's own client.
 
-The transport tests run ``tests/mcp_fixtures/server.py`` as a real subprocess (stdio, and
-streamable HTTP on a free loopback port); the rest use the SDK's in-memory transport
-(``mcp.Client(server)``). Waits are bounded; nothing sleeps to synchronize (the HTTP
-server's readiness is polled with a deadline).
+The transport tests run ``tests/mcp_fixtures/server.py`` (or, for cancellation,
+``WAITING_SERVER``) as a real subprocess (stdio, and streamable HTTP on a free loopback
+port); the rest use the SDK's in-memory transport (``mcp.Client(server)``) or memory
+streams. Waits are bounded; nothing sleeps to synchronize (the HTTP server's readiness
+is polled with a deadline).
 """
 
 from __future__ import annotations
