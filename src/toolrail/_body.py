@@ -73,7 +73,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
             assert context is not None
             out = await _unwatched(entry, context, watch)
     except asyncio.CancelledError as exc:
-        if watch.external:
+        if watch.stands():
             raise
         if not (watch.fired and entry.interrupts):
             failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
@@ -116,7 +116,7 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
         if entry.finish is not None:
             out = entry.finish(execution._name, out)
     except asyncio.CancelledError as exc:
-        if watch is not None and watch.external:
+        if watch is not None and watch.stands():
             raise
         if watch is None or not watch.fired:
             failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
@@ -127,8 +127,13 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
             _unwatch(watch)
         if context is not None:
             _settle(state, context)
-    if watch is None and (state.caller.cancelled or execution._signal.cancelled):
-        return aborted()  # its signal fired during its only step
+    caller, installed = state.caller, execution._signal
+    if watch is None and (caller.cancelled or installed.cancelled):
+        # A signal fired during the body's only step, and nothing has passed it on yet.
+        if context is not None:
+            fired = caller if caller.cancelled else installed
+            context._cancel_body(fired.reason or "cancelled")
+        return aborted()
     return _outcome(state, entry, watch, failure, out, context)
 
 
@@ -160,7 +165,7 @@ def _outcome(state: CallState, entry: Entry, watch: Watch | None, failure: ToolR
              out: Any, context: RunContext | None) -> ToolResult:
     """The dispatch result of a settled body (the most specific outcome first)."""
     if watch is not None:
-        if watch.external:
+        if watch.stands():
             raise asyncio.CancelledError  # the body swallowed a cancellation of this task
         if watch.timed_out:
             return error(f"tool call timed out after {entry.tool.timeout:g}s", "TOOL_TIMEOUT",

@@ -244,12 +244,12 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
         try:
             outcome = await watched(outcome, watch)
         except BaseException:
-            if watch.fired and not watch.external:
+            if watch.fired and not watch.stands():
                 return None
             raise
         finally:
             watch.stop()
-        if watch.external:
+        if watch.stands():
             raise asyncio.CancelledError  # the approver swallowed a cancellation of this task
         if watch.fired:
             return None

@@ -231,11 +231,12 @@ class _Signature:
             if self.strict:
                 validated = self.validator.validate_json(json.dumps(arguments), strict=True,
                                                          extra=self.extra)
-            elif self.quick is not None and (self.names is None
-                                             or self.names.issuperset(arguments)):
+            elif (quick := self.quick) is not None and (
+                    (names := self.names) is None or names.issuperset(arguments)):
                 # Lax validation of plain JSON data: JSON-mode validation without
-                # printing and parsing (see ``thaws``).
-                validated = self.quick(self.plain(arguments))
+                # printing and parsing (see ``thaws``). ``names`` is read after
+                # ``quick``, which ``_first_quick`` (maybe in another thread) sets last.
+                validated = quick(self.plain(arguments))
             elif self._nested_extra is None:
                 validated = self.validator.validate_python(self.plain(arguments))
             else:
@@ -246,7 +247,11 @@ class _Signature:
             raise self.args_error(exc) from None
 
     def _first_quick(self, arguments: Any) -> Any:
-        """Make ``quick`` and ``names``, then validate as ``quick`` does with them."""
+        """Make ``quick`` and ``names``, then validate as ``quick`` does with them.
+
+        ``names`` is set before ``quick``: a reader that sees the new ``quick`` and then
+        reads ``names`` sees it too, whatever thread made them.
+        """
         quick = self.validator.validate_python
         if self.extra == "forbid":
             quick = SchemaValidator(cs.typed_dict_schema(
@@ -327,12 +332,13 @@ class _AsyncBody(TypedBody):
 
     def start(self, arguments: JsonValue, context: RunContext) -> Any:
         spec = self._spec
-        names = spec.names
-        if spec.quick is not None and type(arguments) is FrozenDict and (
+        quick = spec.quick
+        names = spec.names  # read after quick: _first_quick sets names first
+        if quick is not None and type(arguments) is FrozenDict and (
                 names is None or names.issuperset(arguments)):
             # The common case, with no call in between: lax, no nested models.
             try:
-                kwargs = spec.quick(thaw(arguments) if spec.thaws else arguments)
+                kwargs = quick(thaw(arguments) if spec.thaws else arguments)
             except ValidationError as exc:
                 raise spec.args_error(exc) from None
             if self._context is not None:

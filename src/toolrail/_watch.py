@@ -8,10 +8,11 @@ position lets it do two things asyncio alone does not:
 * **interrupt**: when a watched signal fires, it cancels the future the body is
   waiting on (or throws ``CancelledError`` in at the body's next step), so the body
   sees a cancellation without the task itself being cancelled;
-* **notice outside cancellation**: a ``CancelledError`` that the task delivers and that
-  the watch did not cause is someone cancelling the task; ``on_external`` runs *before*
-  the body sees it (so its signal has fired), and the pipeline re-raises afterwards,
-  even when the body swallowed it.
+* **notice outside cancellation**: a ``CancelledError`` that the task delivers while it
+  is being cancelled (``Task.cancelling()``) may be someone cancelling the task; the
+  body signal fires *before* the body sees it, and once the body has settled the
+  pipeline re-raises it if the task is still being cancelled (``Watch.stands``), even
+  when the body swallowed it.
 
 ``wait_out`` is the other way to await: for work that cannot be interrupted (a worker
 thread, a cooperative body in a child task), it waits to the end and then re-raises
@@ -79,9 +80,21 @@ class Watch:
             self.fire("timeout")
 
     def cancelled_from_outside(self) -> None:
+        """The task was cancelled while the body waited: fire its signal, before the body
+        sees the cancellation. (See ``stands`` for whether it really came from outside.)"""
         self.external = True
         if self.context is not None:
             self.context._cancel_body("cancelled")
+
+    def stands(self) -> bool:
+        """Whether a cancellation of the task reached the body and still stands now the
+        body has settled: then it came from outside, and the caller re-raises it.
+
+        A cancellation the body's own ``asyncio.timeout``, ``TaskGroup`` or anyio cancel
+        scope asked for is taken back by them (``Task.uncancel()``) before they hand the
+        body its ``TimeoutError`` or exception group: the body's outcome is then its own.
+        """
+        return self.external and _cancelling()
 
     def stop(self) -> None:
         if self._followed:
@@ -125,7 +138,7 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
             steps.close()
             raise
         except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError) and (not watch.fired or _cancelling()):
+            if isinstance(exc, asyncio.CancelledError) and _cancelling():
                 watch.cancelled_from_outside()
             error = exc
         finally:
