@@ -112,7 +112,7 @@ class RunContext(Execution):
     __slots__ = ("_active", "_caller", "_concludes", "_controller", "_deferred", "_fired",
                  "_followed", "_installed")
 
-    def __init__(self, execution: Execution, caller: CancelSignal) -> None:
+    def __init__(self, execution: Execution, caller: CancelSignal | None = None) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
         self._name = execution._name
@@ -129,8 +129,8 @@ class RunContext(Execution):
         self._fired: str | None = None
         # What the body signal follows (see ``signal``): the caller's signal, and the
         # one an around-execute middleware installed.
-        self._caller = caller
         self._installed = execution._signal
+        self._caller = self._installed if caller is None else caller
         # Subscriptions made by ``_follow``; ``None`` once a ``Watch`` forwards instead.
         self._followed: tuple[tuple[CancelSignal, int], ...] | None = ()
 
