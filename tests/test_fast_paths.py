@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -314,3 +315,19 @@ async def test_middleware_added_while_a_body_waits_runs_in_that_calls_later_stag
     release.set()
     result = await asyncio.wait_for(task, WAIT)
     assert result.text == "replaced"
+
+
+@pytest.mark.parametrize("value", [0, -7, 2**70, True, False, "text", ""])
+async def test_plain_values_render_exactly_as_their_json(value: Any) -> None:
+    registry = tr.ToolRegistry()
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> Any:
+        return value
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body))
+    result = await registry.execute(tr.ToolCall(call_id="1", name="t"))
+    assert result.value == value
+    assert type(result.value) is type(value)
+    expected = value if isinstance(value, str) else json.dumps(value)
+    assert result.content == (tr.TextContent(expected),)

@@ -209,8 +209,13 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
 
     The result is fully materialized: frozen, lossless and consistent.
     """
-    if type(out) is str and entry.check_output is None:
-        return make_result((make_text(out),), False, out, None, None, (), concludes)
+    if entry.check_output is None:
+        kind = type(out)  # the plain values a body returns most: their JSON needs no encoder
+        if kind is str:
+            return make_result((make_text(out),), False, out, None, None, (), concludes)
+        if kind is int or kind is bool:
+            text = ("true" if out else "false") if kind is bool else int.__repr__(out)
+            return make_result((make_text(text),), False, out, None, None, (), concludes)
     name = entry.tool.name
     content: Any = None
     meta: Any = None
