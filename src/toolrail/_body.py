@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["body_result", "core"]
 
 _NEVER: Final = CancelSignal.never()
+_BIG: Final = 10**18
 
 
 async def core(state: CallState, entry: Entry | None) -> ToolResult:
@@ -213,9 +214,12 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
         kind = type(out)  # the plain values a body returns most: their JSON needs no encoder
         if kind is str:
             return make_result((make_text(out),), False, out, None, None, (), concludes)
-        if kind is int or kind is bool:
-            text = ("true" if out else "false") if kind is bool else int.__repr__(out)
-            return make_result((make_text(text),), False, out, None, None, (), concludes)
+        if kind is bool:
+            return make_result((make_text("true" if out else "false"),), False, out, None, None,
+                               (), concludes)
+        if kind is int and -_BIG < out < _BIG:  # longer ones may be too long to print
+            return make_result((make_text(int.__repr__(out)),), False, out, None, None, (),
+                               concludes)
     name = entry.tool.name
     content: Any = None
     meta: Any = None
