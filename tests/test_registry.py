@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import logging
 import math
-import re
 from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import Any, cast
@@ -19,15 +18,11 @@ from typing import Any, cast
 import pytest
 
 import toolrail as tr
+from helpers import Changes, call, exactly, raw_tool
 
 # ---- helpers ------------------------------------------------------------------------
 
 NAME_RULE = 'use 1-128 characters from A-Z, a-z, 0-9, "_", "-" and "."'
-
-
-def exactly(message: str) -> str:
-    """A ``match=`` pattern that accepts exactly ``message``."""
-    return f"^{re.escape(message)}\\Z"
 
 
 def name_error(name: object) -> str:
@@ -65,44 +60,27 @@ def duplicate_scoped_error(name: str) -> str:
     return f'tool "{name}" is already registered in this scope'
 
 
-async def echo(arguments: tr.JsonValue, ctx: tr.RunContext) -> tr.JsonValue:
-    return arguments
-
-
-def make_tool(name: str = "t", **overrides: Any) -> tr.Tool:
-    """A raw tool; ``overrides`` may set any field, including invalid values."""
-    fields: dict[str, Any] = {
-        "name": name,
-        "description": f"The {name} tool.",
-        "parameters": {"type": "object"},
-        "execute": echo,
-    }
-    fields.update(overrides)
-    return tr.Tool(**fields)
-
-
-class Changes:
-    """An ``on_change`` listener that counts notifications."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self) -> None:
-        self.count += 1
-
-
 def names(registry: tr.ToolRegistry, scope: Any = None) -> list[str]:
     return [schema.name for schema in registry.schemas(scope)]
 
 
+def refuse_the_first_change(
+    registry: tr.ToolRegistry, name: str, refusal: Exception
+) -> list[tr.Tool | None]:
+    """A listener raising ``refusal`` at the first change; returns ``name`` as "agent" saw it."""
+    seen: list[tr.Tool | None] = []
+
+    def refuse() -> None:
+        seen.append(registry.get(name, "agent"))
+        if len(seen) == 1:
+            raise refusal
+
+    registry.on_change(refuse)
+    return seen
+
+
 async def execute(registry: tr.ToolRegistry, call: tr.ToolCall) -> tr.ToolResult:
     return await asyncio.wait_for(registry.execute(call), 5)
-
-
-def call(name: str, arguments: Any = None, **fields: Any) -> tr.ToolCall:
-    return tr.ToolCall(
-        call_id="c1", name=name, arguments={} if arguments is None else arguments, **fields
-    )
 
 
 # ---- registration: the table, check by check ---------------------------------------
@@ -110,7 +88,7 @@ def call(name: str, arguments: Any = None, **fields: Any) -> tr.ToolCall:
 
 def test_register_returns_a_disposer_and_files_the_tool_in_the_global_layer() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("echo")
+    tool = raw_tool("echo")
 
     disposer = registry.register(tool)
 
@@ -155,7 +133,7 @@ def test_scope_register_rejects_anything_that_is_not_a_tool_with_the_same_messag
 )
 def test_register_accepts_names_of_1_to_128_allowed_characters(name: str) -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool(name)
+    tool = raw_tool(name)
     registry.register(tool)
     assert registry.get(name) is tool
 
@@ -182,22 +160,22 @@ def test_register_accepts_names_of_1_to_128_allowed_characters(name: str) -> Non
 def test_register_rejects_names_outside_1_to_128_allowed_characters(name: str) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(ValueError, match=exactly(name_error(name))):
-        registry.register(make_tool(name))
+        registry.register(raw_tool(name))
     assert registry.schemas() == []
 
 
 def test_name_of_exactly_128_characters_is_accepted_and_129_is_rejected() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("n" * 128))
+    registry.register(raw_tool("n" * 128))
     with pytest.raises(ValueError, match=exactly(name_error("n" * 129))):
-        registry.register(make_tool("n" * 129))
+        registry.register(raw_tool("n" * 129))
 
 
 @pytest.mark.parametrize("name", [None, 5, b"bytes", ["list"]])
 def test_a_name_that_is_not_a_str_is_an_invalid_name_shown_by_its_repr(name: object) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(ValueError, match=exactly(name_error(name))):
-        registry.register(make_tool(cast(Any, name)))
+        registry.register(raw_tool(cast(Any, name)))
 
 
 def test_invalid_name_message_uses_the_repr_of_the_name() -> None:
@@ -208,7 +186,7 @@ def test_invalid_name_message_uses_the_repr_of_the_name() -> None:
             'invalid tool name \'a b\': use 1-128 characters from A-Z, a-z, 0-9, "_", "-" and "."'
         ),
     ):
-        registry.register(make_tool("a b"))
+        registry.register(raw_tool("a b"))
 
 
 @pytest.mark.parametrize(
@@ -234,7 +212,7 @@ def test_register_rejects_parameters_that_are_not_a_lossless_json_object_schema(
 ) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(ValueError, match=exactly(parameters_error("t"))):
-        registry.register(make_tool("t", parameters=parameters))
+        registry.register(raw_tool("t", parameters=parameters))
     assert registry.get("t") is None
 
 
@@ -249,7 +227,7 @@ def test_register_rejects_parameters_that_are_not_a_lossless_json_object_schema(
 )
 def test_register_accepts_any_lossless_json_mapping_with_type_object(parameters: Any) -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", parameters=parameters))
+    registry.register(raw_tool("t", parameters=parameters))
     assert registry.get("t") is not None
 
 
@@ -260,7 +238,7 @@ def test_register_accepts_any_lossless_json_mapping_with_type_object(parameters:
 def test_register_rejects_a_timeout_that_is_not_a_positive_finite_number(timeout: Any) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(ValueError, match=exactly(timeout_error("t"))):
-        registry.register(make_tool("t", timeout=timeout))
+        registry.register(raw_tool("t", timeout=timeout))
     assert registry.get("t") is None
 
 
@@ -270,14 +248,14 @@ def test_a_timeout_too_large_for_a_float_is_rejected_with_the_timeout_message() 
     # not with an OverflowError.
     registry = tr.ToolRegistry()
     with pytest.raises(ValueError, match=exactly(timeout_error("t"))):
-        registry.register(make_tool("t", timeout=10**400))
+        registry.register(raw_tool("t", timeout=10**400))
     assert registry.get("t") is None
 
 
 @pytest.mark.parametrize("timeout", [None, 1, 0.5, 1e-9, 3600, 1e300])
 def test_register_accepts_none_or_a_positive_finite_timeout(timeout: float | None) -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t", timeout=timeout)
+    tool = raw_tool("t", timeout=timeout)
     registry.register(tool)
     assert registry.get("t") is tool
 
@@ -286,7 +264,7 @@ def test_register_accepts_none_or_a_positive_finite_timeout(timeout: float | Non
 def test_register_rejects_an_execute_that_is_not_callable(execute_value: Any) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(TypeError, match=exactly(execute_error("t"))):
-        registry.register(make_tool("t", execute=execute_value))
+        registry.register(raw_tool("t", execute=execute_value))
     assert registry.get("t") is None
 
 
@@ -299,8 +277,8 @@ def test_register_accepts_a_sync_execute_and_a_callable_object() -> None:
         return "ok"
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("sync", execute=sync_body))
-    registry.register(make_tool("obj", execute=Body()))
+    registry.register(raw_tool("sync", execute=sync_body))
+    registry.register(raw_tool("obj", execute=Body()))
     assert names(registry) == ["obj", "sync"]
 
 
@@ -308,13 +286,13 @@ def test_register_accepts_a_sync_execute_and_a_callable_object() -> None:
 def test_register_rejects_a_description_that_is_not_a_str(description: Any) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(TypeError, match=exactly(description_error("t"))):
-        registry.register(make_tool("t", description=description))
+        registry.register(raw_tool("t", description=description))
     assert registry.get("t") is None
 
 
 def test_register_accepts_an_empty_description() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", description=""))
+    registry.register(raw_tool("t", description=""))
     assert registry.schemas()[0].description == ""
 
 
@@ -324,29 +302,29 @@ def test_register_rejects_a_cancellation_other_than_interrupt_or_cooperative(
 ) -> None:
     registry = tr.ToolRegistry()
     with pytest.raises(ValueError, match=exactly(cancellation_error("t"))):
-        registry.register(make_tool("t", cancellation=cancellation))
+        registry.register(raw_tool("t", cancellation=cancellation))
     assert registry.get("t") is None
 
 
 @pytest.mark.parametrize("cancellation", ["interrupt", "cooperative"])
 def test_register_accepts_interrupt_and_cooperative_cancellation(cancellation: str) -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", cancellation=cancellation))
+    registry.register(raw_tool("t", cancellation=cancellation))
     assert registry.get("t") is not None
 
 
 def test_a_second_global_tool_of_the_same_name_is_rejected_and_the_first_stays() -> None:
     registry = tr.ToolRegistry()
-    first = make_tool("dup")
+    first = raw_tool("dup")
     registry.register(first)
     with pytest.raises(ValueError, match=exactly(duplicate_global_error("dup"))):
-        registry.register(make_tool("dup"))
+        registry.register(raw_tool("dup"))
     assert registry.get("dup") is first
 
 
 def test_registering_the_very_same_tool_twice_globally_is_a_duplicate() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("dup")
+    tool = raw_tool("dup")
     registry.register(tool)
     with pytest.raises(ValueError, match=exactly(duplicate_global_error("dup"))):
         registry.register(tool)
@@ -355,23 +333,23 @@ def test_registering_the_very_same_tool_twice_globally_is_a_duplicate() -> None:
 def test_a_second_tool_of_the_same_name_in_one_scope_is_rejected_with_the_scope_message() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    first = make_tool("dup")
+    first = raw_tool("dup")
     scope.register(first)
     with pytest.raises(ValueError, match=exactly(duplicate_scoped_error("dup"))):
-        scope.register(make_tool("dup"))
+        scope.register(raw_tool("dup"))
     assert scope.get("dup") is first
 
 
 def test_a_duplicate_through_another_handle_of_the_same_scope_uses_the_scope_message() -> None:
     registry = tr.ToolRegistry()
-    registry.scope("agent").register(make_tool("dup"))
+    registry.scope("agent").register(raw_tool("dup"))
     with pytest.raises(ValueError, match=exactly(duplicate_scoped_error("dup"))):
-        registry.scope("agent").register(make_tool("dup"))
+        registry.scope("agent").register(raw_tool("dup"))
 
 
 def test_a_global_tool_does_not_make_a_scoped_tool_of_the_same_name_a_duplicate() -> None:
     registry = tr.ToolRegistry()
-    global_tool, scoped_tool = make_tool("same"), make_tool("same")
+    global_tool, scoped_tool = raw_tool("same"), raw_tool("same")
     registry.register(global_tool)
     registry.scope("agent").register(scoped_tool)
     assert registry.get("same") is global_tool
@@ -380,7 +358,7 @@ def test_a_global_tool_does_not_make_a_scoped_tool_of_the_same_name_a_duplicate(
 
 def test_a_scoped_tool_does_not_make_a_global_tool_of_the_same_name_a_duplicate() -> None:
     registry = tr.ToolRegistry()
-    global_tool, scoped_tool = make_tool("same"), make_tool("same")
+    global_tool, scoped_tool = raw_tool("same"), raw_tool("same")
     registry.scope("agent").register(scoped_tool)
     registry.register(global_tool)
     assert registry.get("same") is global_tool
@@ -389,7 +367,7 @@ def test_a_scoped_tool_does_not_make_a_global_tool_of_the_same_name_a_duplicate(
 
 def test_the_same_name_in_two_scopes_is_legal() -> None:
     registry = tr.ToolRegistry()
-    a, b = make_tool("same"), make_tool("same")
+    a, b = raw_tool("same"), raw_tool("same")
     registry.scope("a").register(a)
     registry.scope("b").register(b)
     assert registry.get("same", "a") is a
@@ -448,85 +426,67 @@ def test_the_first_failing_check_in_table_order_raises(
     registry = tr.ToolRegistry()
     fields: dict[str, Any] = {"name": "t", **overrides}
     with pytest.raises(error_type) as info:
-        registry.register(make_tool(**fields))
+        registry.register(raw_tool(**fields))
     assert type(info.value) is error_type
     assert str(info.value) == message
 
 
 def test_a_bad_cancellation_on_a_duplicate_name_raises_the_cancellation_error() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     with pytest.raises(ValueError, match=exactly(cancellation_error("t"))):
-        registry.register(make_tool("t", cancellation="nope"))
+        registry.register(raw_tool("t", cancellation="nope"))
 
 
 def test_a_bad_tool_on_a_scoped_duplicate_name_raises_the_tool_error_not_the_duplicate() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    scope.register(make_tool("t"))
+    scope.register(raw_tool("t"))
     with pytest.raises(TypeError, match=exactly(description_error("t"))):
-        scope.register(make_tool("t", description=None))
+        scope.register(raw_tool("t", description=None))
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        cast(Any, 1),
-        make_tool("bad name"),
-        make_tool("t", parameters={"type": "array"}),
-        make_tool("t", timeout=0),
-        make_tool("t", execute=None),
-        make_tool("t", description=None),
-        make_tool("t", cancellation="nope"),
-        make_tool("dup"),
-    ],
-)
+BAD_TOOLS = [
+    cast(Any, 1),
+    raw_tool("bad name"),
+    raw_tool("t", parameters={"type": "array"}),
+    raw_tool("t", timeout=0),
+    raw_tool("t", execute=None),
+    raw_tool("t", description=None),
+    raw_tool("t", cancellation="nope"),
+    raw_tool("dup"),
+]
+
+
+def assert_a_failed_registration_changes_nothing(
+    registry: tr.ToolRegistry, view: tr.ToolRegistry | tr.Scope, bad: tr.Tool
+) -> None:
+    """``view`` already holds a tool "dup"; registering ``bad`` there fails and leaves no trace."""
+    existing = raw_tool("dup")
+    view.register(existing)
+    before = view.schemas()
+    changes = Changes()
+    registry.on_change(changes)
+
+    with pytest.raises((TypeError, ValueError)):
+        view.register(bad)
+
+    assert changes.count == 0
+    assert view.schemas() == before
+    assert view.get("dup") is existing
+    assert view.get("t") is None
+
+
+@pytest.mark.parametrize("bad", BAD_TOOLS)
 def test_a_failed_global_registration_changes_nothing_and_does_not_notify(bad: tr.Tool) -> None:
     registry = tr.ToolRegistry()
-    existing = make_tool("dup")
-    registry.register(existing)
-    before = registry.schemas()
-    changes = Changes()
-    registry.on_change(changes)
-
-    with pytest.raises((TypeError, ValueError)):
-        registry.register(bad)
-
-    assert changes.count == 0
-    assert registry.schemas() == before
-    assert registry.get("dup") is existing
-    assert registry.get("t") is None
+    assert_a_failed_registration_changes_nothing(registry, registry, bad)
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        cast(Any, 1),
-        make_tool("bad name"),
-        make_tool("t", parameters={"type": "array"}),
-        make_tool("t", timeout=0),
-        make_tool("t", execute=None),
-        make_tool("t", description=None),
-        make_tool("t", cancellation="nope"),
-        make_tool("dup"),
-    ],
-)
+@pytest.mark.parametrize("bad", BAD_TOOLS)
 def test_a_failed_scoped_registration_changes_nothing_and_does_not_notify(bad: tr.Tool) -> None:
     registry = tr.ToolRegistry()
-    scope = registry.scope("agent")
-    existing = make_tool("dup")
-    scope.register(existing)
-    before = scope.schemas()
-    changes = Changes()
-    registry.on_change(changes)
-
-    with pytest.raises((TypeError, ValueError)):
-        scope.register(bad)
-
-    assert changes.count == 0
-    assert scope.schemas() == before
-    assert scope.get("dup") is existing
-    assert scope.get("t") is None
+    assert_a_failed_registration_changes_nothing(registry, registry.scope("agent"), bad)
 
 
 # ---- registration never mutates what the caller passed ------------------------------
@@ -537,7 +497,7 @@ def test_registration_does_not_mutate_the_tool_or_its_parameters() -> None:
     properties = {"a": {"type": "array", "items": items}}
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     expected = copy.deepcopy(parameters)
-    tool = make_tool("t", parameters=parameters)
+    tool = raw_tool("t", parameters=parameters)
     before = [getattr(tool, field.name) for field in dataclasses.fields(tool)]
 
     registry = tr.ToolRegistry()
@@ -561,7 +521,7 @@ def test_registration_does_not_mutate_the_tool_or_its_parameters() -> None:
 def test_mutating_the_callers_parameters_after_registration_does_not_change_the_schema() -> None:
     parameters: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", parameters=parameters))
+    registry.register(raw_tool("t", parameters=parameters))
     registry.schemas()  # populate any cache
 
     parameters["properties"]["a"]["type"] = "integer"
@@ -585,7 +545,7 @@ def test_register_and_dispose_notify_each_listener_once_in_registration_order() 
     scope.on_change(lambda: order.append("second"))
     registry.on_change(lambda: order.append("third"))
 
-    disposer = registry.register(make_tool("t"))
+    disposer = registry.register(raw_tool("t"))
     assert order == ["first", "second", "third"]
 
     order.clear()
@@ -595,7 +555,7 @@ def test_register_and_dispose_notify_each_listener_once_in_registration_order() 
 
 def test_listeners_run_synchronously_after_the_insert_and_after_the_removal() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     seen: list[tuple[tr.Tool | None, list[str]]] = []
     registry.on_change(lambda: seen.append((registry.get("t"), names(registry))))
 
@@ -609,7 +569,7 @@ def test_listeners_run_synchronously_after_the_insert_and_after_the_removal() ->
 def test_scoped_registration_and_disposal_notify_and_are_seen_by_the_listener() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    tool = make_tool("t")
+    tool = raw_tool("t")
     seen: list[tr.Tool | None] = []
     registry.on_change(lambda: seen.append(registry.get("t", "agent")))
 
@@ -621,8 +581,8 @@ def test_scoped_registration_and_disposal_notify_and_are_seen_by_the_listener() 
 
 def test_restrict_and_lift_notify_listeners() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("a"))
-    registry.register(make_tool("b"))
+    registry.register(raw_tool("a"))
+    registry.register(raw_tool("b"))
     scope = registry.scope("agent")
     seen: list[list[str]] = []
     registry.on_change(lambda: seen.append(names(registry, "agent")))
@@ -639,9 +599,9 @@ def test_change_notifications_are_not_filtered_by_scope() -> None:
     heard = Changes()
     registry.scope("listener").on_change(heard)
 
-    registry.register(make_tool("g"))
-    registry.scope("other").register(make_tool("s"))
-    registry.scope("listener").register(make_tool("own"))
+    registry.register(raw_tool("g"))
+    registry.scope("other").register(raw_tool("s"))
+    registry.scope("listener").register(raw_tool("own"))
 
     assert heard.count == 3
 
@@ -652,11 +612,11 @@ def test_the_same_listener_registered_twice_is_notified_twice_and_disposed_separ
     first = registry.on_change(changes)
     registry.on_change(changes)
 
-    registry.register(make_tool("a"))
+    registry.register(raw_tool("a"))
     assert changes.count == 2
 
     first()
-    registry.register(make_tool("b"))
+    registry.register(raw_tool("b"))
     assert changes.count == 3
 
 
@@ -665,7 +625,7 @@ def test_a_disposed_listener_is_not_notified() -> None:
     changes = Changes()
     disposer = registry.on_change(changes)
     disposer()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     assert changes.count == 0
 
 
@@ -716,7 +676,7 @@ def test_registering_and_disposing_guards_middleware_observers_and_listeners_nev
 
 def test_a_listener_that_raises_during_register_rolls_the_registration_back() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     refusal = RuntimeError("refused")
     raised = False
     first: list[bool] = []
@@ -749,21 +709,14 @@ def test_a_listener_that_raises_during_register_rolls_the_registration_back() ->
 
 def test_a_listener_that_raises_during_scoped_register_rolls_it_back_without_a_trace() -> None:
     registry = tr.ToolRegistry()
-    global_tool = make_tool("t")
+    global_tool = raw_tool("t")
     registry.register(global_tool)
     scope = registry.scope("agent")
     refusal = ValueError("no scoped tools")
-    seen: list[tr.Tool | None] = []
-
-    def refuse() -> None:
-        seen.append(registry.get("t", "agent"))
-        if len(seen) == 1:
-            raise refusal
-
-    registry.on_change(refuse)
+    seen = refuse_the_first_change(registry, "t", refusal)
 
     with pytest.raises(ValueError, match=exactly("no scoped tools")) as info:
-        scope.register(make_tool("t"))
+        scope.register(raw_tool("t"))
 
     assert info.value is refusal
     assert len(seen) == 2
@@ -778,18 +731,11 @@ def test_a_listener_that_raises_during_scoped_register_rolls_it_back_without_a_t
 
 def test_a_listener_that_raises_during_restrict_rolls_the_restriction_back() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("a")
+    tool = raw_tool("a")
     registry.register(tool)
     scope = registry.scope("agent")
     refusal = RuntimeError("no restrictions")
-    seen: list[tr.Tool | None] = []
-
-    def refuse() -> None:
-        seen.append(registry.get("a", "agent"))
-        if len(seen) == 1:
-            raise refusal
-
-    registry.on_change(refuse)
+    seen = refuse_the_first_change(registry, "a", refusal)
 
     with pytest.raises(RuntimeError) as info:
         scope.restrict(deny=["a"])
@@ -807,7 +753,7 @@ def test_a_listener_that_raises_during_restrict_rolls_the_restriction_back() -> 
 
 def test_disposal_keeps_the_removal_runs_every_listener_and_raises_the_first_error() -> None:
     registry = tr.ToolRegistry()
-    disposer = registry.register(make_tool("t"))
+    disposer = registry.register(raw_tool("t"))
     first_error, second_error = RuntimeError("first"), RuntimeError("second")
     ran: list[str] = []
 
@@ -836,7 +782,7 @@ def test_disposal_keeps_the_removal_runs_every_listener_and_raises_the_first_err
 
 def test_lifting_a_restriction_keeps_the_lift_runs_every_listener_and_raises_the_first() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("a"))
+    registry.register(raw_tool("a"))
     scope = registry.scope("agent")
     lift = scope.restrict(deny=["a"])
     error = RuntimeError("listener failed")
@@ -861,7 +807,7 @@ def test_lifting_a_restriction_keeps_the_lift_runs_every_listener_and_raises_the
 def test_disposal_of_a_scoped_tool_keeps_the_removal_when_a_listener_raises() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    disposer = scope.register(make_tool("t"))
+    disposer = scope.register(raw_tool("t"))
 
     def fail() -> None:
         raise RuntimeError("listener failed")
@@ -880,7 +826,7 @@ def test_a_disposer_undoes_its_registration_once_and_later_calls_do_nothing() ->
     registry = tr.ToolRegistry()
     changes = Changes()
     registry.on_change(changes)
-    disposer = registry.register(make_tool("t"))
+    disposer = registry.register(raw_tool("t"))
     assert changes.count == 1
 
     disposer()
@@ -894,9 +840,9 @@ def test_a_disposer_undoes_its_registration_once_and_later_calls_do_nothing() ->
 
 def test_an_old_disposer_does_not_remove_a_later_registration_of_the_same_name() -> None:
     registry = tr.ToolRegistry()
-    old = registry.register(make_tool("t"))
+    old = registry.register(raw_tool("t"))
     old()
-    newer = make_tool("t")
+    newer = raw_tool("t")
     registry.register(newer)
     old()
     assert registry.get("t") is newer
@@ -905,7 +851,7 @@ def test_an_old_disposer_does_not_remove_a_later_registration_of_the_same_name()
 def test_disposed_is_false_until_the_disposer_runs() -> None:
     registry = tr.ToolRegistry()
     disposers = [
-        registry.register(make_tool("t")),
+        registry.register(raw_tool("t")),
         registry.guard(lambda execution: None),
         registry.on_change(lambda: None),
     ]
@@ -917,7 +863,7 @@ def test_disposed_is_false_until_the_disposer_runs() -> None:
 
 def test_a_disposer_is_a_context_manager_that_disposes_on_exit() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     with registry.register(tool) as disposer:
         assert isinstance(disposer, tr.Disposer)
         assert disposer.disposed is False
@@ -928,7 +874,7 @@ def test_a_disposer_is_a_context_manager_that_disposes_on_exit() -> None:
 
 def test_a_disposer_context_manager_disposes_when_the_block_raises_and_lets_it_propagate() -> None:
     registry = tr.ToolRegistry()
-    disposer = registry.register(make_tool("t"))
+    disposer = registry.register(raw_tool("t"))
     with pytest.raises(KeyError), disposer:
         raise KeyError("boom")
     assert disposer.disposed is True
@@ -937,14 +883,14 @@ def test_a_disposer_context_manager_disposes_when_the_block_raises_and_lets_it_p
 
 def test_enter_returns_the_disposer_itself() -> None:
     registry = tr.ToolRegistry()
-    disposer = registry.register(make_tool("t"))
+    disposer = registry.register(raw_tool("t"))
     with disposer as entered:
         assert entered is disposer
 
 
 async def test_a_disposed_guard_no_longer_runs() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     disposer = registry.guard(lambda execution: "no")
     denied = await execute(registry, call("t"))
     assert denied.error is not None
@@ -961,7 +907,7 @@ async def test_a_disposed_guard_no_longer_runs() -> None:
 
 def test_get_returns_the_registered_object_itself() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     registry.register(tool)
     assert registry.get("t") is tool
     assert registry.get("t", None) is tool
@@ -969,7 +915,7 @@ def test_get_returns_the_registered_object_itself() -> None:
 
 def test_get_returns_none_for_an_unknown_name() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     assert registry.get("other") is None
     assert registry.get("T") is None
     assert registry.get("other", "agent") is None
@@ -977,14 +923,14 @@ def test_get_returns_none_for_an_unknown_name() -> None:
 
 def test_get_in_a_scope_without_registrations_sees_the_global_layer() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     registry.register(tool)
     assert registry.get("t", "nobody") is tool
 
 
 def test_get_resolves_the_scopes_own_layer_first() -> None:
     registry = tr.ToolRegistry()
-    global_tool, scoped_tool = make_tool("t"), make_tool("t")
+    global_tool, scoped_tool = raw_tool("t"), raw_tool("t")
     registry.register(global_tool)
     registry.scope("agent").register(scoped_tool)
     assert registry.get("t", "agent") is scoped_tool
@@ -1003,7 +949,7 @@ def test_schemas_are_sorted_by_code_point_whatever_the_registration_order() -> N
     for order in (SORT_NAMES, list(reversed(SORT_NAMES)), sorted(SORT_NAMES)):
         registry = tr.ToolRegistry()
         for name in order:
-            registry.register(make_tool(name))
+            registry.register(raw_tool(name))
         assert names(registry) == expected
 
 
@@ -1013,8 +959,8 @@ def test_schemas_of_an_empty_registry_is_an_empty_list() -> None:
 
 def test_schemas_returns_a_new_list_per_call_that_belongs_to_the_caller() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("a"))
-    registry.register(make_tool("b"))
+    registry.register(raw_tool("a"))
+    registry.register(raw_tool("b"))
 
     first = registry.schemas()
     second = registry.schemas()
@@ -1030,7 +976,7 @@ def test_schemas_returns_a_new_list_per_call_that_belongs_to_the_caller() -> Non
 def test_schemas_twice_without_a_change_share_the_same_schema_objects() -> None:
     registry = tr.ToolRegistry()
     for name in ("c", "a", "b"):
-        registry.register(make_tool(name))
+        registry.register(raw_tool(name))
 
     first = registry.schemas()
     second = registry.schemas()
@@ -1041,8 +987,8 @@ def test_schemas_twice_without_a_change_share_the_same_schema_objects() -> None:
 
 def test_scoped_schemas_twice_without_a_change_share_the_same_schema_objects() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("g"))
-    registry.scope("agent").register(make_tool("s"))
+    registry.register(raw_tool("g"))
+    registry.scope("agent").register(raw_tool("s"))
 
     first = registry.schemas("agent")
     second = registry.schemas("agent")
@@ -1054,17 +1000,17 @@ def test_scoped_schemas_twice_without_a_change_share_the_same_schema_objects() -
 
 def test_schemas_reflect_every_change() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("b"))
+    registry.register(raw_tool("b"))
     assert names(registry) == ["b"]
 
-    dispose_a = registry.register(make_tool("a"))
+    dispose_a = registry.register(raw_tool("a"))
     assert names(registry) == ["a", "b"]
 
     dispose_a()
     assert names(registry) == ["b"]
 
     scope = registry.scope("agent")
-    scope.register(make_tool("c"))
+    scope.register(raw_tool("c"))
     assert names(registry, "agent") == ["b", "c"]
     assert names(registry) == ["b"]
 
@@ -1076,17 +1022,17 @@ def test_schemas_reflect_every_change() -> None:
 
 def test_schemas_reflect_a_replacement_tool_of_the_same_name() -> None:
     registry = tr.ToolRegistry()
-    dispose = registry.register(make_tool("t", description="old"))
+    dispose = registry.register(raw_tool("t", description="old"))
     assert registry.schemas()[0].description == "old"
     dispose()
-    registry.register(make_tool("t", description="new"))
+    registry.register(raw_tool("t", description="new"))
     assert registry.schemas()[0].description == "new"
 
 
 def test_a_tool_schema_has_exactly_name_description_and_parameters() -> None:
     registry = tr.ToolRegistry()
     registry.register(
-        make_tool(
+        raw_tool(
             "t",
             description="Does t.",
             parameters={"type": "object", "properties": {"x": {"type": "integer"}}},
@@ -1113,7 +1059,7 @@ def test_a_tool_schema_has_exactly_name_description_and_parameters() -> None:
 def test_schema_parameters_are_deep_frozen() -> None:
     registry = tr.ToolRegistry()
     registry.register(
-        make_tool(
+        raw_tool(
             "t",
             parameters={
                 "type": "object",
@@ -1163,7 +1109,7 @@ def test_to_dict_returns_a_fresh_mutable_dict_with_the_three_keys() -> None:
         "required": ["x"],
     }
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", description="Does t.", parameters=parameters))
+    registry.register(raw_tool("t", description="Does t.", parameters=parameters))
     schema = registry.schemas()[0]
 
     first = schema.to_dict()
@@ -1196,32 +1142,32 @@ def test_execution_mode_is_exclusive_for_an_unknown_tool() -> None:
 
 def test_execution_mode_is_exclusive_for_a_tool_that_declares_nothing() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.EXCLUSIVE
 
 
 def test_execution_mode_is_exclusive_for_concurrency_safe_false() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=False))
+    registry.register(raw_tool("t", concurrency_safe=False))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.EXCLUSIVE
 
 
 def test_execution_mode_is_parallel_for_concurrency_safe_true() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=True))
+    registry.register(raw_tool("t", concurrency_safe=True))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.PARALLEL
 
 
 @pytest.mark.parametrize("declared", [1, "yes", 1.0, [True], "true"])
 def test_execution_mode_is_exclusive_for_a_truthy_non_callable_declaration(declared: Any) -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=declared))
+    registry.register(raw_tool("t", concurrency_safe=declared))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.EXCLUSIVE
 
 
 def test_execution_mode_is_parallel_when_the_classifier_returns_exactly_true() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=lambda arguments: True))
+    registry.register(raw_tool("t", concurrency_safe=lambda arguments: True))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.PARALLEL
 
 
@@ -1230,7 +1176,7 @@ def test_execution_mode_is_exclusive_when_the_classifier_returns_anything_but_tr
     verdict: Any,
 ) -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=lambda arguments: verdict))
+    registry.register(raw_tool("t", concurrency_safe=lambda arguments: verdict))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.EXCLUSIVE
 
 
@@ -1239,7 +1185,7 @@ def test_execution_mode_is_exclusive_when_the_classifier_raises() -> None:
         raise RuntimeError("cannot tell")
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=classifier))
+    registry.register(raw_tool("t", concurrency_safe=classifier))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.EXCLUSIVE
 
 
@@ -1254,7 +1200,7 @@ def test_execution_mode_is_exclusive_when_the_classifier_returns_an_object_that_
         __hash__ = None  # type: ignore[assignment]
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=lambda arguments: Treacherous()))
+    registry.register(raw_tool("t", concurrency_safe=lambda arguments: Treacherous()))
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.EXCLUSIVE
 
 
@@ -1264,7 +1210,7 @@ def test_the_classifier_decides_per_call_from_the_arguments() -> None:
         return arguments.get("read_only") is True
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=classifier))
+    registry.register(raw_tool("t", concurrency_safe=classifier))
     assert registry.execution_mode(call("t", {"read_only": True})) is tr.ExecutionMode.PARALLEL
     assert registry.execution_mode(call("t", {"read_only": False})) is tr.ExecutionMode.EXCLUSIVE
 
@@ -1278,7 +1224,7 @@ def test_the_classifier_receives_the_frozen_lossless_json_snapshot() -> None:
 
     arguments: dict[str, Any] = {"path": "a", "items": [1, 2], "nested": {"k": [True]}}
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=classifier))
+    registry.register(raw_tool("t", concurrency_safe=classifier))
 
     assert registry.execution_mode(call("t", arguments)) is tr.ExecutionMode.PARALLEL
     (snapshot,) = received
@@ -1304,7 +1250,7 @@ def test_execution_mode_does_not_call_the_classifier_for_non_lossless_arguments(
         return True
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=classifier))
+    registry.register(raw_tool("t", concurrency_safe=classifier))
 
     assert registry.execution_mode(call("t", arguments)) is tr.ExecutionMode.EXCLUSIVE
     assert called is False
@@ -1317,16 +1263,16 @@ def test_execution_mode_is_exclusive_for_non_lossless_arguments_even_when_declar
     # "PARALLEL only when ... concurrency_safe is True" is a necessary condition; the
     # next sentence makes "arguments that are not lossless JSON" EXCLUSIVE outright.
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=True))
+    registry.register(raw_tool("t", concurrency_safe=True))
     assert registry.execution_mode(call("t", arguments)) is tr.ExecutionMode.EXCLUSIVE
     assert registry.execution_mode(call("t", {"ok": 1})) is tr.ExecutionMode.PARALLEL
 
 
 def test_execution_mode_sees_the_tool_visible_to_the_calls_scope() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=True))
-    registry.scope("agent").register(make_tool("t", concurrency_safe=False))
-    registry.scope("other").register(make_tool("only_here", concurrency_safe=True))
+    registry.register(raw_tool("t", concurrency_safe=True))
+    registry.scope("agent").register(raw_tool("t", concurrency_safe=False))
+    registry.scope("other").register(raw_tool("only_here", concurrency_safe=True))
 
     assert registry.execution_mode(call("t")) is tr.ExecutionMode.PARALLEL
     assert registry.execution_mode(call("t", scope="agent")) is tr.ExecutionMode.EXCLUSIVE
@@ -1345,8 +1291,8 @@ def test_execution_mode_never_raises() -> None:
             raise RuntimeError("no hash")
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", concurrency_safe=True))
-    registry.scope("agent").register(make_tool("t", concurrency_safe=True))
+    registry.register(raw_tool("t", concurrency_safe=True))
+    registry.scope("agent").register(raw_tool("t", concurrency_safe=True))
 
     assert registry.execution_mode(call("t", scope=BadKey())) is tr.ExecutionMode.EXCLUSIVE
     assert registry.execution_mode(call("t", scope=cast(Any, ["unhashable"]))) is (
@@ -1400,7 +1346,7 @@ async def test_logger_defaults_to_the_toolrail_logger(
     toolrail_records: pytest.LogCaptureFixture,
 ) -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     registry.on_result(_failing_observer)
 
     await execute(registry, call("t"))
@@ -1416,7 +1362,7 @@ async def test_a_custom_logger_receives_the_registrys_warnings(
 ) -> None:
     logger = logging.getLogger("tests.custom_registry_logger")
     registry = tr.ToolRegistry(logger=logger)
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     registry.on_result(_failing_observer)
 
     await execute(registry, call("t"))
@@ -1440,7 +1386,7 @@ def test_the_approver_is_taken_from_the_constructor_and_is_settable() -> None:
 
 async def test_the_approver_is_read_at_the_moment_a_call_asks() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     asked: list[str] = []
 
     def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
@@ -1464,7 +1410,7 @@ async def test_clearing_the_approver_makes_an_ask_a_denial() -> None:
         return tr.ApprovalOutcome.ALLOWED_ONCE
 
     registry = tr.ToolRegistry(approver=approver)
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     registry.pre_execute(lambda execution, call_next: tr.Ask())
     registry.approver = None
 

@@ -14,13 +14,9 @@ from typing import Any, cast
 import pytest
 
 import toolrail as tr
+from helpers import Changes, call, exactly, raw_tool
 
 # ---- helpers ------------------------------------------------------------------------
-
-
-def exactly(message: str) -> str:
-    """A ``match=`` pattern that accepts exactly ``message``."""
-    return f"^{re.escape(message)}\\Z"
 
 
 NO_OP = "restrict() with neither allow nor deny is a no-op: pass allow and/or deny"
@@ -30,27 +26,6 @@ def unknown_error(unknown: list[str], known: str) -> str:
     noun = "tool" if len(unknown) == 1 else "tools"
     quoted = ", ".join(f'"{name}"' for name in unknown)
     return f"restrict() names unknown global {noun} {quoted}; known global tools: {known}"
-
-
-async def echo(arguments: tr.JsonValue, ctx: tr.RunContext) -> tr.JsonValue:
-    return arguments
-
-
-def make_tool(name: str = "t", **overrides: Any) -> tr.Tool:
-    fields: dict[str, Any] = {
-        "name": name,
-        "description": f"The {name} tool.",
-        "parameters": {"type": "object"},
-        "execute": echo,
-    }
-    fields.update(overrides)
-    return tr.Tool(**fields)
-
-
-def call(name: str, arguments: Any = None, *, call_id: str = "c1", **fields: Any) -> tr.ToolCall:
-    return tr.ToolCall(
-        call_id=call_id, name=name, arguments={} if arguments is None else arguments, **fields
-    )
 
 
 def names(view: tr.ToolRegistry | tr.Scope, *scope: Hashable) -> list[str]:
@@ -69,18 +44,10 @@ def assert_unknown(result: tr.ToolResult, name: str) -> None:
     assert result.content == (tr.TextContent(f'Error: unknown tool "{name}"'),)
 
 
-class Changes:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self) -> None:
-        self.count += 1
-
-
 def global_registry(*tool_names: str) -> tr.ToolRegistry:
     registry = tr.ToolRegistry()
     for name in tool_names:
-        registry.register(make_tool(name))
+        registry.register(raw_tool(name))
     return registry
 
 
@@ -95,7 +62,7 @@ def test_a_scope_handle_carries_its_key() -> None:
 def test_several_handles_for_the_same_key_share_the_scopes_layer() -> None:
     registry = tr.ToolRegistry()
     first, second = registry.scope("agent"), registry.scope("agent")
-    tool = make_tool("t")
+    tool = raw_tool("t")
 
     first.register(tool)
 
@@ -103,12 +70,12 @@ def test_several_handles_for_the_same_key_share_the_scopes_layer() -> None:
     assert names(second) == ["t"]
     assert registry.get("t", "agent") is tool
     with pytest.raises(ValueError, match=exactly('tool "t" is already registered in this scope')):
-        second.register(make_tool("t"))
+        second.register(raw_tool("t"))
 
 
 def test_handles_for_equal_keys_share_the_layer() -> None:
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     registry.scope(("agent", 1)).register(tool)
     assert registry.scope(("agent", 1)).get("t") is tool
     assert registry.get("t", ("agent", 1)) is tool
@@ -120,7 +87,7 @@ def test_keys_without_eq_compare_by_identity() -> None:
 
     one, two = Agent(), Agent()
     registry = tr.ToolRegistry()
-    tool = make_tool("t")
+    tool = raw_tool("t")
     registry.scope(one).register(tool)
 
     assert registry.get("t", one) is tool
@@ -131,8 +98,8 @@ def test_keys_without_eq_compare_by_identity() -> None:
 def test_each_handle_owns_only_what_was_registered_through_it() -> None:
     registry = global_registry("g1", "g2")
     first, second = registry.scope("agent"), registry.scope("agent")
-    first.register(make_tool("a"))
-    second.register(make_tool("b"))
+    first.register(raw_tool("a"))
+    second.register(raw_tool("b"))
     second.restrict(deny=["g1"])
     first.restrict(deny=["g2"])
 
@@ -148,7 +115,7 @@ def test_close_disposes_everything_registered_through_the_handle() -> None:
     registry = global_registry("g")
     calls: list[str] = []
     scope = registry.scope("agent")
-    scope.register(make_tool("s"))
+    scope.register(raw_tool("s"))
     scope.restrict(allow=[])
 
     def guard(execution: tr.Execution) -> None:
@@ -162,7 +129,7 @@ def test_close_disposes_everything_registered_through_the_handle() -> None:
     assert names(registry, "agent") == ["g"]
     assert registry.get("s", "agent") is None
     calls.clear()
-    registry.register(make_tool("later"))
+    registry.register(raw_tool("later"))
     assert calls == []
 
 
@@ -208,10 +175,10 @@ def test_close_disposes_newest_first() -> None:
     scope = registry.scope("agent")
     seen: list[list[str]] = []
     scope.on_change(lambda: seen.append(names(registry, "agent")))
-    scope.register(make_tool("a"))
-    scope.register(make_tool("b"))
+    scope.register(raw_tool("a"))
+    scope.register(raw_tool("b"))
     scope.restrict(deny=["g"])
-    scope.register(make_tool("c"))
+    scope.register(raw_tool("c"))
     seen.clear()
 
     scope.close()
@@ -223,8 +190,8 @@ def test_close_disposes_newest_first() -> None:
 def test_close_skips_registrations_already_disposed_by_their_own_disposer() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    dispose_a = scope.register(make_tool("a"))
-    scope.register(make_tool("b"))
+    dispose_a = scope.register(raw_tool("a"))
+    scope.register(raw_tool("b"))
     dispose_a()
     changes = Changes()
     registry.on_change(changes)
@@ -238,7 +205,7 @@ def test_close_skips_registrations_already_disposed_by_their_own_disposer() -> N
 def test_close_is_idempotent() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    scope.register(make_tool("a"))
+    scope.register(raw_tool("a"))
     changes = Changes()
     registry.on_change(changes)
 
@@ -254,7 +221,7 @@ def test_disposers_returned_through_a_scope_are_disposed_by_close() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
     disposers = [
-        scope.register(make_tool("a")),
+        scope.register(raw_tool("a")),
         scope.guard(lambda execution: None),
         scope.on_change(lambda: None),
         scope.pre_execute(lambda execution, call_next: call_next()),
@@ -267,8 +234,8 @@ def test_disposers_returned_through_a_scope_are_disposed_by_close() -> None:
 def test_close_disposes_everything_then_raises_the_first_exception() -> None:
     registry = global_registry("g")
     scope = registry.scope("agent")
-    scope.register(make_tool("a"))
-    scope.register(make_tool("b"))
+    scope.register(raw_tool("a"))
+    scope.register(raw_tool("b"))
     scope.restrict(deny=["g"])
     errors: list[RuntimeError] = []
 
@@ -293,7 +260,7 @@ def test_a_scope_is_a_context_manager_that_closes_on_exit() -> None:
     registry = global_registry("g")
     with registry.scope("agent") as scope:
         assert isinstance(scope, tr.Scope)
-        scope.register(make_tool("s"))
+        scope.register(raw_tool("s"))
         scope.restrict(deny=["g"])
         assert names(scope) == ["s"]
     assert names(registry, "agent") == ["g"]
@@ -305,7 +272,7 @@ def test_a_scope_context_manager_closes_when_the_block_raises_and_lets_it_propag
 
     def use_scope() -> None:
         with registry.scope("agent") as scope:
-            scope.register(make_tool("s"))
+            scope.register(raw_tool("s"))
             raise KeyError("boom")
 
     with pytest.raises(KeyError, match="boom"):
@@ -323,7 +290,7 @@ def test_enter_returns_the_scope_handle_itself() -> None:
 def test_an_empty_scope_leaves_no_trace_after_close() -> None:
     registry = global_registry("g")
     scope = registry.scope("agent")
-    scope.register(make_tool("s"))
+    scope.register(raw_tool("s"))
     scope.restrict(allow=["g"])
     scope.guard(lambda execution: None)
     scope.pre_execute(lambda execution, call_next: call_next())
@@ -342,7 +309,7 @@ def test_a_scope_whose_registrations_were_each_disposed_leaves_no_trace() -> Non
     registry = global_registry("g")
     scope = registry.scope("agent")
     disposers = [
-        scope.register(make_tool("s")),
+        scope.register(raw_tool("s")),
         scope.restrict(deny=["g"]),
         scope.guard(lambda execution: None),
         scope.on_result(lambda execution, result: None),
@@ -383,7 +350,7 @@ async def test_executing_in_an_unknown_scope_leaves_no_trace() -> None:
 
 async def test_scopes_are_flat_and_never_see_another_scopes_tools() -> None:
     registry = global_registry("g")
-    registry.scope("a").register(make_tool("only_a", concurrency_safe=True))
+    registry.scope("a").register(raw_tool("only_a", concurrency_safe=True))
     b = registry.scope("b")
 
     assert b.get("only_a") is None
@@ -403,9 +370,9 @@ async def test_scoped_tool_shadows_global_tool_only_in_its_scope() -> None:
         return "global"
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", execute=global_body, description="global"))
+    registry.register(raw_tool("t", execute=global_body, description="global"))
     scope = registry.scope("agent")
-    scoped = make_tool("t", execute=scoped_body, description="scoped")
+    scoped = raw_tool("t", execute=scoped_body, description="scoped")
     scope.register(scoped)
 
     assert scope.get("t") is scoped
@@ -420,18 +387,18 @@ async def test_scoped_tool_shadows_global_tool_only_in_its_scope() -> None:
 
 def test_disposing_a_shadowing_tool_uncovers_the_global_one() -> None:
     registry = tr.ToolRegistry()
-    global_tool = make_tool("t")
+    global_tool = raw_tool("t")
     registry.register(global_tool)
-    dispose = registry.scope("agent").register(make_tool("t"))
+    dispose = registry.scope("agent").register(raw_tool("t"))
     dispose()
     assert registry.get("t", "agent") is global_tool
 
 
 def test_a_global_registered_after_the_scoped_tool_stays_shadowed_in_that_scope() -> None:
     registry = tr.ToolRegistry()
-    scoped = make_tool("t")
+    scoped = raw_tool("t")
     registry.scope("agent").register(scoped)
-    registry.register(make_tool("t"))
+    registry.register(raw_tool("t"))
     assert registry.get("t", "agent") is scoped
     assert len(registry.schemas("agent")) == 1
 
@@ -497,7 +464,7 @@ def test_the_no_op_check_comes_before_the_unknown_name_check() -> None:
 def test_a_scope_local_name_that_is_not_global_is_unknown_to_restrict() -> None:
     registry = global_registry("g")
     scope = registry.scope("agent")
-    scope.register(make_tool("local"))
+    scope.register(raw_tool("local"))
     with pytest.raises(ValueError, match=exactly(unknown_error(["local"], "g"))):
         scope.restrict(deny=["local"])
     with pytest.raises(ValueError, match=exactly(unknown_error(["local"], "g"))):
@@ -506,14 +473,14 @@ def test_a_scope_local_name_that_is_not_global_is_unknown_to_restrict() -> None:
 
 def test_another_scopes_tool_is_unknown_to_restrict() -> None:
     registry = global_registry("g")
-    registry.scope("other").register(make_tool("theirs"))
+    registry.scope("other").register(raw_tool("theirs"))
     with pytest.raises(ValueError, match=exactly(unknown_error(["theirs"], "g"))):
         registry.scope("agent").restrict(deny=["theirs"])
 
 
 def test_a_disposed_global_is_unknown_to_restrict() -> None:
     registry = global_registry("keep")
-    dispose = registry.register(make_tool("gone"))
+    dispose = registry.register(raw_tool("gone"))
     dispose()
     with pytest.raises(ValueError, match=exactly(unknown_error(["gone"], "keep"))):
         registry.scope("agent").restrict(allow=["gone"])
@@ -556,7 +523,7 @@ def test_allow_and_deny_together_keep_allowed_names_that_are_not_denied() -> Non
 def test_an_empty_allow_list_hides_every_global_tool() -> None:
     registry = global_registry("a", "b")
     scope = registry.scope("agent")
-    local = make_tool("local")
+    local = raw_tool("local")
     scope.register(local)
 
     scope.restrict(allow=[])
@@ -597,7 +564,7 @@ def test_an_allow_list_hides_a_global_registered_later() -> None:
     scope = registry.scope("agent")
     scope.restrict(allow=["a"])
 
-    registry.register(make_tool("later"))
+    registry.register(raw_tool("later"))
 
     assert names(scope) == ["a"]
     assert scope.get("later") is None
@@ -609,7 +576,7 @@ def test_a_deny_list_leaves_a_global_registered_later_visible() -> None:
     scope = registry.scope("agent")
     scope.restrict(deny=["a"])
 
-    later = make_tool("later")
+    later = raw_tool("later")
     registry.register(later)
 
     assert names(scope) == ["later"]
@@ -618,23 +585,23 @@ def test_a_deny_list_leaves_a_global_registered_later_visible() -> None:
 
 def test_an_allowed_global_that_is_disposed_and_registered_again_stays_allowed() -> None:
     registry = global_registry("b")
-    dispose = registry.register(make_tool("a"))
+    dispose = registry.register(raw_tool("a"))
     scope = registry.scope("agent")
     scope.restrict(allow=["a"])
     dispose()
     assert names(scope) == []
-    again = make_tool("a")
+    again = raw_tool("a")
     registry.register(again)
     assert scope.get("a") is again
 
 
 def test_a_denied_global_that_is_registered_again_stays_hidden() -> None:
     registry = global_registry("b")
-    dispose = registry.register(make_tool("a"))
+    dispose = registry.register(raw_tool("a"))
     scope = registry.scope("agent")
     scope.restrict(deny=["a"])
     dispose()
-    registry.register(make_tool("a"))
+    registry.register(raw_tool("a"))
     assert scope.get("a") is None
     assert names(scope) == ["b"]
 
@@ -692,7 +659,7 @@ def test_a_restriction_masks_only_its_own_scope() -> None:
 def test_scope_local_tools_are_never_masked() -> None:
     registry = global_registry("t", "g")
     scope = registry.scope("agent")
-    local, shadow = make_tool("local"), make_tool("t")
+    local, shadow = raw_tool("local"), raw_tool("t")
     scope.register(local)
     scope.register(shadow)
 
@@ -708,7 +675,7 @@ def test_a_scoped_tool_registered_after_a_restriction_is_visible() -> None:
     registry = global_registry("g")
     scope = registry.scope("agent")
     scope.restrict(allow=[])
-    local = make_tool("local")
+    local = raw_tool("local")
     scope.register(local)
     assert scope.get("local") is local
     assert names(scope) == ["local"]
@@ -717,7 +684,7 @@ def test_a_scoped_tool_registered_after_a_restriction_is_visible() -> None:
 def test_disposing_a_shadowing_tool_exposes_the_global_only_if_not_masked() -> None:
     registry = global_registry("t")
     scope = registry.scope("agent")
-    dispose = scope.register(make_tool("t"))
+    dispose = scope.register(raw_tool("t"))
     scope.restrict(deny=["t"])
     dispose()
     assert scope.get("t") is None
@@ -725,8 +692,8 @@ def test_disposing_a_shadowing_tool_exposes_the_global_only_if_not_masked() -> N
 
 async def test_a_masked_global_reads_as_absent_in_every_view_and_in_execute() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("masked", concurrency_safe=True))
-    registry.register(make_tool("kept", concurrency_safe=True))
+    registry.register(raw_tool("masked", concurrency_safe=True))
+    registry.register(raw_tool("kept", concurrency_safe=True))
     scope = registry.scope("agent")
     scope.restrict(deny=["masked"])
 
@@ -751,7 +718,7 @@ async def test_a_masked_global_does_not_run_its_body() -> None:
         return "ran"
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", execute=body))
+    registry.register(raw_tool("t", execute=body))
     scope = registry.scope("agent")
     scope.restrict(allow=[])
 
@@ -775,7 +742,7 @@ async def test_a_lifted_restriction_makes_the_global_visible_again_everywhere() 
 def test_scope_views_equal_the_registry_views_for_that_key() -> None:
     registry = global_registry("g", "h")
     scope = registry.scope("agent")
-    local = make_tool("local", concurrency_safe=True)
+    local = raw_tool("local", concurrency_safe=True)
     scope.register(local)
     scope.restrict(deny=["h"])
 
@@ -792,14 +759,14 @@ def test_scope_views_equal_the_registry_views_for_that_key() -> None:
 def test_scope_execution_mode_accepts_a_call_that_names_this_scope() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    scope.register(make_tool("local", concurrency_safe=True))
+    scope.register(raw_tool("local", concurrency_safe=True))
     assert scope.execution_mode(call("local", scope="agent")) is tr.ExecutionMode.PARALLEL
 
 
 def test_scope_execution_mode_of_another_scopes_call_is_exclusive() -> None:
     registry = tr.ToolRegistry()
-    registry.register(make_tool("g", concurrency_safe=True))
-    registry.scope("other").register(make_tool("theirs", concurrency_safe=True))
+    registry.register(raw_tool("g", concurrency_safe=True))
+    registry.scope("other").register(raw_tool("theirs", concurrency_safe=True))
     scope = registry.scope("agent")
 
     assert scope.execution_mode(call("g", scope="other")) is tr.ExecutionMode.EXCLUSIVE
@@ -822,8 +789,8 @@ def test_scope_execution_mode_never_raises() -> None:
         raise RuntimeError("classifier broke")
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("g", concurrency_safe=True))
-    registry.register(make_tool("c", concurrency_safe=classifier))
+    registry.register(raw_tool("g", concurrency_safe=True))
+    registry.register(raw_tool("c", concurrency_safe=classifier))
     scope = registry.scope("agent")
 
     assert scope.execution_mode(call("g", scope=Hostile())) is tr.ExecutionMode.EXCLUSIVE
@@ -839,7 +806,7 @@ async def test_scope_execute_binds_an_unscoped_call_to_the_scope() -> None:
         return "ok"
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", execute=body))
+    registry.register(raw_tool("t", execute=body))
     observed: list[Hashable | None] = []
     registry.on_result(lambda execution, result: observed.append(execution.scope))
     scope = registry.scope("agent")
@@ -854,7 +821,7 @@ async def test_scope_execute_binds_an_unscoped_call_to_the_scope() -> None:
 async def test_scope_execute_accepts_a_call_that_names_this_scope() -> None:
     registry = tr.ToolRegistry()
     scope = registry.scope("agent")
-    scope.register(make_tool("local"))
+    scope.register(raw_tool("local"))
     result = await run(scope, call("local", scope="agent"))
     assert result.is_error is False
 
@@ -868,7 +835,7 @@ async def test_scope_execute_of_a_call_naming_another_scope_raises_value_error()
         return "ran"
 
     registry = tr.ToolRegistry()
-    registry.register(make_tool("t", execute=body))
+    registry.register(raw_tool("t", execute=body))
     observed: list[str] = []
     registry.on_result(lambda execution, result: observed.append(execution.call_id))
     scope = registry.scope("agent")
@@ -1164,9 +1131,9 @@ async def test_scope_on_change_hears_every_change_and_closes_with_the_scope() ->
     scope = registry.scope("a")
     heard = Changes()
     scope.on_change(heard)
-    registry.register(make_tool("g"))
-    registry.scope("b").register(make_tool("s"))
+    registry.register(raw_tool("g"))
+    registry.scope("b").register(raw_tool("s"))
     assert heard.count == 2
     scope.close()
-    registry.register(make_tool("h"))
+    registry.register(raw_tool("h"))
     assert heard.count == 2

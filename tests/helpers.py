@@ -1,0 +1,93 @@
+"""Set-up shared by several test files: raw tools and calls, bounded waits, gates, checks.
+
+Import as ``from helpers import ...`` (pytest puts ``tests/`` on ``sys.path``, as it does
+for ``mcp_fixtures``). A helper only one file uses stays in that file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import toolrail as tr
+
+T = TypeVar("T")
+
+
+def exactly(message: str) -> str:
+    """A ``match=`` pattern that accepts exactly ``message``."""
+    return f"^{re.escape(message)}\\Z"
+
+
+async def within(awaitable: Awaitable[T], seconds: float = 5) -> T:
+    """Every wait in the tests is bounded: a broken library fails, it does not hang."""
+    return await asyncio.wait_for(awaitable, seconds)
+
+
+async def one_turn() -> None:
+    """Give the loop one turn, so what was (wrongly) ready to run has had its chance."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    loop.call_soon(future.set_result, None)
+    await future
+
+
+async def until(event: asyncio.Event) -> None:
+    """Wait for a gate, bounded."""
+    await asyncio.wait_for(event.wait(), 5)
+
+
+async def wait_forever() -> None:
+    """What a slow body awaits; bounded so a broken interrupt fails instead of hanging."""
+    await asyncio.wait_for(asyncio.Event().wait(), 5)
+
+
+async def echo(arguments: tr.JsonValue, ctx: tr.RunContext) -> tr.JsonValue:
+    return arguments
+
+
+def raw_tool(name: str = "t", execute: Any = echo, **overrides: Any) -> tr.Tool:
+    """A raw ``tr.Tool``; ``overrides`` may set any field, including invalid values."""
+    fields: dict[str, Any] = {
+        "name": name,
+        "description": f"The {name} tool.",
+        "parameters": {"type": "object"},
+        "execute": execute,
+    }
+    fields.update(overrides)
+    return tr.Tool(**fields)
+
+
+def call(name: str, arguments: Any = None, *, call_id: str = "c1", **fields: Any) -> tr.ToolCall:
+    """A call of ``name``; ``arguments`` default to ``{}``."""
+    return tr.ToolCall(
+        call_id=call_id, name=name, arguments={} if arguments is None else arguments, **fields
+    )
+
+
+def observe(registry: tr.ToolRegistry) -> list[tuple[tr.Execution, tr.ToolResult]]:
+    """Every (execution, result) pair ``registry``'s observers are told about, in order."""
+    seen: list[tuple[tr.Execution, tr.ToolResult]] = []
+    registry.on_result(lambda execution, result: seen.append((execution, result)))
+    return seen
+
+
+class Changes:
+    """An ``on_change`` listener that counts notifications."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def assert_error(result: tr.ToolResult, message: str, code: str | None, kind: str | None) -> None:
+    """An error result exactly as the registry builds it."""
+    assert result.is_error is True
+    assert result.error == tr.ErrorInfo(message, code, kind)
+    assert result.content == (tr.TextContent("Error: " + message),)
+    assert result.value is None
+    assert result.concludes_turn is False
