@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import defaultdict
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -91,3 +92,41 @@ def assert_error(result: tr.ToolResult, message: str, code: str | None, kind: st
     assert result.content == (tr.TextContent("Error: " + message),)
     assert result.value is None
     assert result.concludes_turn is False
+
+
+class GatedLab:
+    """A registry whose bodies wait on per-call gates; the first observer logs each commit.
+
+    Subclasses register the tools. Their bodies append ``"start <id>"`` and ``"end <id>"``
+    to ``log`` and set ``started`` and ``finished``; the observer appends
+    ``"commit <id>"``, all in the order they happened.
+    """
+
+    def __init__(self) -> None:
+        self.registry = tr.ToolRegistry()
+        self.log: list[str] = []
+        self.started: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self.gates: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self.finished: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self.committed: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self.notified: list[tuple[tr.Execution, tr.ToolResult]] = []
+        self.registry.on_result(self._observe)
+
+    def _observe(self, execution: tr.Execution, result: tr.ToolResult) -> None:
+        self.notified.append((execution, result))
+        self.log.append(f"commit {execution.call_id}")
+        self.committed[execution.call_id].set()
+
+    def release(self, *ids: str) -> None:
+        for cid in ids:
+            self.gates[cid].set()
+
+    async def wait_started(self, *ids: str) -> None:
+        for cid in ids:
+            await within(self.started[cid].wait())
+
+    def starts(self) -> list[str]:
+        return [entry.split()[1] for entry in self.log if entry.startswith("start ")]
+
+    def commits(self) -> list[str]:
+        return [execution.call_id for execution, _ in self.notified]

@@ -14,16 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import re
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import pytest
 
 import toolrail as tr
-
-T = TypeVar("T")
+from helpers import GatedLab, assert_error, exactly, one_turn, raw_tool, within
 
 CallNext = Callable[[], Awaitable[tr.ToolResult]]
 PreNext = Callable[[], Awaitable[tr.PreDecision]]
@@ -35,23 +32,6 @@ ABORTED_BEFORE = "tool call aborted before dispatch"
 MAX_PARALLEL_ERROR = "max_parallel must be a positive integer"
 
 
-async def within(awaitable: Awaitable[T]) -> T:
-    """Every wait in these tests is bounded: a broken scheduler fails, it does not hang."""
-    return await asyncio.wait_for(awaitable, 5)
-
-
-async def one_turn() -> None:
-    """Give the loop one turn, so work wrongly started already would have begun."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(future.set_result, None)
-    await future
-
-
-def exactly(message: str) -> str:
-    return f"^{re.escape(message)}\\Z"
-
-
 def make_tool(
     name: str,
     execute: Body,
@@ -59,27 +39,12 @@ def make_tool(
     safe: bool | Classifier = True,
     cancellation: Literal["interrupt", "cooperative"] = "interrupt",
 ) -> tr.Tool:
-    return tr.Tool(
-        name=name,
-        description=f"the {name} tool",
-        parameters={"type": "object"},
-        execute=execute,
-        concurrency_safe=safe,
-        cancellation=cancellation,
-    )
+    return raw_tool(name, execute, concurrency_safe=safe, cancellation=cancellation)
 
 
 def call(index: int, name: str = "work", **fields: Any) -> tr.ToolCall:
     fields.setdefault("arguments", {})
     return tr.ToolCall(call_id=f"c{index}", name=name, **fields)
-
-
-def assert_error(result: tr.ToolResult, message: str, code: str | None, kind: str | None) -> None:
-    assert result.is_error is True
-    assert result.error == tr.ErrorInfo(message, code, kind)
-    assert result.content == (tr.TextContent("Error: " + message),)
-    assert result.value is None
-    assert result.concludes_turn is False
 
 
 def texts(contexts: tuple[tr.ContextMessage, ...]) -> list[str]:
@@ -91,7 +56,7 @@ def texts(contexts: tuple[tr.ContextMessage, ...]) -> list[str]:
     return out
 
 
-class Lab:
+class Lab(GatedLab):
     """A registry whose tools log their starts and ends and wait on per-call gates.
 
     ``log`` holds ``"start <id>"`` (the body began), ``"end <id>"`` (the body finished)
@@ -100,21 +65,9 @@ class Lab:
     """
 
     def __init__(self) -> None:
-        self.registry = tr.ToolRegistry()
-        self.log: list[str] = []
-        self.started: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.gates: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.finished: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.committed: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.notified: list[tuple[tr.Execution, tr.ToolResult]] = []
+        super().__init__()
         self.running = 0
         self.peak = 0
-        self.registry.on_result(self._observe)
-
-    def _observe(self, execution: tr.Execution, result: tr.ToolResult) -> None:
-        self.notified.append((execution, result))
-        self.log.append(f"commit {execution.call_id}")
-        self.committed[execution.call_id].set()
 
     def body(self, *, gated: bool = True, defer: bool = False, value: str | None = None) -> Body:
         async def execute(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
@@ -148,20 +101,6 @@ class Lab:
         return self.registry.register(
             make_tool(name, self.body(gated=gated, defer=defer, value=value), safe=safe)
         )
-
-    def release(self, *ids: str) -> None:
-        for cid in ids:
-            self.gates[cid].set()
-
-    async def wait_started(self, *ids: str) -> None:
-        for cid in ids:
-            await within(self.started[cid].wait())
-
-    def starts(self) -> list[str]:
-        return [entry.split()[1] for entry in self.log if entry.startswith("start ")]
-
-    def commits(self) -> list[str]:
-        return [execution.call_id for execution, _ in self.notified]
 
     def before(self, first: str, second: str) -> bool:
         """Whether log entry ``first`` happened, and before ``second`` (if that did)."""
@@ -1144,15 +1083,7 @@ async def test_nothing_the_batch_started_is_still_running_when_run_returns() -> 
         return "threaded"
 
     lab.registry.register(make_tool("polite", polite, cancellation="cooperative"))
-    lab.registry.register(
-        tr.Tool(
-            name="threaded",
-            description="a sync body",
-            parameters={"type": "object"},
-            execute=threaded,
-            concurrency_safe=True,
-        )
-    )
+    lab.registry.register(raw_tool("threaded", threaded, concurrency_safe=True))
     before = asyncio.all_tasks()
     task = asyncio.create_task(
         lab.registry.run([call(0), call(1, "polite"), call(2, "threaded"), call(3)])

@@ -12,15 +12,13 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import pytest
 
 import toolrail as tr
-
-T = TypeVar("T")
+from helpers import GatedLab, assert_error, one_turn, raw_tool, within
 
 PreNext = Callable[[], Awaitable[tr.PreDecision]]
 PostNext = Callable[[], Awaitable[tr.PostDecision]]
@@ -36,29 +34,9 @@ class Boom(BaseException):
     """A failure that is not a tool outcome: the pipeline lets it through."""
 
 
-async def within(awaitable: Awaitable[T]) -> T:
-    return await asyncio.wait_for(awaitable, 5)
-
-
-async def one_turn() -> None:
-    """Give the loop one turn: what a broken scheduler would do next has had its chance."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(future.set_result, None)
-    await future
-
-
 def call(index: int, name: str = "work", **fields: Any) -> tr.ToolCall:
     fields.setdefault("arguments", {})
     return tr.ToolCall(call_id=f"c{index}", name=name, **fields)
-
-
-def assert_error(result: tr.ToolResult, message: str, code: str | None, kind: str | None) -> None:
-    assert result.is_error is True
-    assert result.error == tr.ErrorInfo(message, code, kind)
-    assert result.content == (tr.TextContent("Error: " + message),)
-    assert result.value is None
-    assert result.concludes_turn is False
 
 
 def assert_aborted(result: tr.ToolResult) -> None:
@@ -73,7 +51,7 @@ def texts(contexts: tuple[tr.ContextMessage, ...]) -> list[str]:
     return [b.text for m in contexts for b in m.content if isinstance(b, tr.TextContent)]
 
 
-class Lab:
+class Lab(GatedLab):
     """A registry with gated tools that record what they lived through.
 
     ``"work"``: an ``"interrupt"`` body that waits on its gate; ``"polite"``: a
@@ -83,16 +61,9 @@ class Lab:
     """
 
     def __init__(self) -> None:
-        self.registry = tr.ToolRegistry()
-        self.log: list[str] = []
-        self.started: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.gates: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.finished: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.committed: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        super().__init__()
         self.signal_at_end: dict[str, bool] = {}
-        self.notified: list[tuple[tr.Execution, tr.ToolResult]] = []
         self.stages: list[str] = []
-        self.registry.on_result(self._observe)
         self.add("work")
         self.add("polite", cancellation="cooperative")
         self.add("solo", safe=False)
@@ -100,11 +71,6 @@ class Lab:
         self.registry.guard(self._guard)
         self.registry.around_execute(self._around)
         self.registry.post_execute(self._post)
-
-    def _observe(self, execution: tr.Execution, result: tr.ToolResult) -> None:
-        self.notified.append((execution, result))
-        self.log.append(f"commit {execution.call_id}")
-        self.committed[execution.call_id].set()
 
     def _pre(self, execution: tr.Execution, call_next: PreNext) -> Awaitable[tr.PreDecision]:
         self.stages.append(f"pre {execution.call_id}")
@@ -156,29 +122,13 @@ class Lab:
         cancellation: Literal["interrupt", "cooperative"] = "interrupt",
     ) -> None:
         self.registry.register(
-            tr.Tool(
-                name=name,
-                description=f"the {name} tool",
-                parameters={"type": "object"},
-                execute=self.body(cancellation == "cooperative"),
+            raw_tool(
+                name,
+                self.body(cancellation == "cooperative"),
                 concurrency_safe=safe,
                 cancellation=cancellation,
             )
         )
-
-    def release(self, *ids: str) -> None:
-        for cid in ids:
-            self.gates[cid].set()
-
-    async def wait_started(self, *ids: str) -> None:
-        for cid in ids:
-            await within(self.started[cid].wait())
-
-    def starts(self) -> list[str]:
-        return [entry.split()[1] for entry in self.log if entry.startswith("start ")]
-
-    def commits(self) -> list[str]:
-        return [execution.call_id for execution, _ in self.notified]
 
 
 # ---- the batch signal already cancelled --------------------------------------------------
@@ -245,15 +195,7 @@ async def test_a_signal_fired_from_inside_a_body_stops_new_starts_and_aborts_in_
         controller.cancel("the user pressed stop")
         return "fired"
 
-    lab.registry.register(
-        tr.Tool(
-            name="trigger",
-            description="cancels the batch",
-            parameters={"type": "object"},
-            execute=trigger,
-            concurrency_safe=True,
-        )
-    )
+    lab.registry.register(raw_tool("trigger", trigger, concurrency_safe=True))
     calls = [call(0), call(1, "polite"), call(2, "trigger"), call(3, "solo"), call(4)]
 
     batch = await within(lab.registry.run(calls, signal=controller.signal))
@@ -668,15 +610,7 @@ async def test_a_body_raising_a_base_exception_stops_the_batch_and_run_raises_it
         await lab.wait_started("c0", "c2")
         raise Boom("from a body")
 
-    lab.registry.register(
-        tr.Tool(
-            name="explode",
-            description="fails the scheduler",
-            parameters={"type": "object"},
-            execute=explode,
-            concurrency_safe=True,
-        )
-    )
+    lab.registry.register(raw_tool("explode", explode, concurrency_safe=True))
     calls = [call(0), call(1, "explode"), call(2, "polite"), call(3, "solo")]
     before = asyncio.all_tasks()
 
@@ -722,15 +656,7 @@ async def test_a_scheduler_failure_between_items_does_not_cancel_the_stream_cons
         loop.call_soon(loop.call_soon, consumer_free.set)
         raise Boom("from a body")
 
-    lab.registry.register(
-        tr.Tool(
-            name="explode",
-            description="fails the scheduler",
-            parameters={"type": "object"},
-            execute=explode,
-            concurrency_safe=True,
-        )
-    )
+    lab.registry.register(raw_tool("explode", explode, concurrency_safe=True))
     stream = lab.registry.stream([call(0), call(1, "explode")])
 
     first = await within(stream.__anext__())
@@ -786,14 +712,7 @@ async def test_a_scheduler_failure_raises_the_first_failure() -> None:
 
     for name, body in (("first", first), ("second", second)):
         lab.registry.register(
-            tr.Tool(
-                name=name,
-                description="fails the scheduler",
-                parameters={"type": "object"},
-                execute=body,
-                concurrency_safe=True,
-                cancellation="cooperative",
-            )
+            raw_tool(name, body, concurrency_safe=True, cancellation="cooperative")
         )
 
     with pytest.raises(Boom):
@@ -935,15 +854,7 @@ async def test_cancelling_the_run_task_waits_for_a_sync_body_in_a_worker_thread(
         ended.append(ctx.call_id)
         return "done"
 
-    lab.registry.register(
-        tr.Tool(
-            name="blocking",
-            description="a sync body",
-            parameters={"type": "object"},
-            execute=blocking,
-            concurrency_safe=True,
-        )
-    )
+    lab.registry.register(raw_tool("blocking", blocking, concurrency_safe=True))
     task = asyncio.create_task(lab.registry.run([call(0, "blocking"), call(1)]))
     await lab.wait_started("c1")
     await within(asyncio.to_thread(entered.wait, 5))
@@ -1056,15 +967,7 @@ async def test_a_batch_does_not_conclude_the_turn_when_the_concluding_call_was_a
         await within(ctx.signal.wait())
         return "partial"
 
-    lab.registry.register(
-        tr.Tool(
-            name="concluding",
-            description="concludes, then is cancelled",
-            parameters={"type": "object"},
-            execute=concluding,
-            cancellation="cooperative",
-        )
-    )
+    lab.registry.register(raw_tool("concluding", concluding, cancellation="cooperative"))
 
     batch = await within(lab.registry.run([call(0, "concluding")], signal=controller.signal))
 
