@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -331,3 +332,44 @@ async def test_plain_values_render_exactly_as_their_json(value: Any) -> None:
     assert type(result.value) is type(value)
     expected = value if isinstance(value, str) else json.dumps(value)
     assert result.content == (tr.TextContent(expected),)
+
+
+async def test_a_body_signal_first_read_in_a_worker_thread_subscribes_nothing_from_there(
+) -> None:
+    registry = tr.ToolRegistry()
+    controller = tr.CancelController()
+    read_in_thread, release, done = threading.Event(), threading.Event(), threading.Event()
+    waiting = asyncio.Event()
+    seen: list[tuple[bool, str | None]] = []
+    held: list[int] = []
+
+    def worker(ctx: tr.RunContext) -> str:
+        signal = ctx.signal  # made here, in the worker thread, before the body waits
+        read_in_thread.set()
+        release.wait(WAIT)
+        seen.append((signal.cancelled, signal.reason))
+        done.set()
+        return "done"
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        future = asyncio.get_running_loop().run_in_executor(None, worker, ctx)
+        read_in_thread.wait(WAIT)  # still in the body's first step: nothing watches it yet
+        held.append(len(controller.signal._callbacks or {}))
+        waiting.set()
+        return await future
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body))
+    task = asyncio.ensure_future(
+        registry.execute(tr.ToolCall(call_id="1", name="t", signal=controller.signal)))
+    await asyncio.wait_for(waiting.wait(), WAIT)
+    controller.cancel("stop")
+    result = await asyncio.wait_for(task, WAIT)
+    release.set()
+    await asyncio.wait_for(asyncio.to_thread(done.wait, WAIT), WAIT)
+
+    assert held == [0]  # the thread subscribed nothing to the caller's signal
+    assert seen == [(True, "stop")]  # yet the body signal fired with the caller's
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+    assert not controller.signal._callbacks

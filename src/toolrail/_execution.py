@@ -8,6 +8,7 @@ raises ``AttributeError``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -145,9 +146,14 @@ class RunContext(Execution):
             if self._fired is not None:
                 controller.cancel(self._fired)
             elif self._active and self._followed is not None:
-                self._follow(self._caller)
-                if self._installed is not self._caller:
-                    self._follow(self._installed)
+                if _on_a_loop():
+                    self._follow(self._caller)
+                    if self._installed is not self._caller:
+                        self._follow(self._installed)
+                else:  # a worker thread: it may read signals, not subscribe to them
+                    for source in (self._caller, self._installed):
+                        if source.cancelled:
+                            self._cancel_body(source.reason or "cancelled")
         return signal
 
     @signal.setter
@@ -225,3 +231,12 @@ class RunContext(Execution):
         """The invocation is over: its effects stop and its signal follows nothing more."""
         self._active = False
         self._unfollow()
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (signals belong to the loop's thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
