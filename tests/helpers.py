@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import toolrail as tr
 
 T = TypeVar("T")
+
+CallNext = Callable[[], Awaitable[tr.ToolResult]]
+PreNext = Callable[[], Awaitable[tr.PreDecision]]
+PostNext = Callable[[], Awaitable[tr.PostDecision]]
 
 
 def exactly(message: str) -> str:

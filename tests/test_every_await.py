@@ -24,6 +24,7 @@ from typing import Any, Literal
 import pytest
 
 import toolrail as tr
+from helpers import PostNext, one_turn, raw_tool
 
 Cancellation = Literal["interrupt", "cooperative"]
 
@@ -42,13 +43,6 @@ CALL_POINTS = len(STAGES)
 BATCH_SIZE = 3
 BATCH_POINTS = BATCH_SIZE * CALL_POINTS
 NOTE = tr.ContextMessage((tr.TextContent("note"),), "work")
-
-
-async def one_turn() -> None:
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(future.set_result, None)
-    await future
 
 
 class Points:
@@ -101,14 +95,7 @@ class Lab:
         registry = self.registry
         for name, safe in (("work", True), ("solo", False)):
             registry.register(
-                tr.Tool(
-                    name=name,
-                    description=name,
-                    parameters={"type": "object"},
-                    execute=self.body,
-                    concurrency_safe=safe,
-                    cancellation=self.cancellation,
-                )
+                raw_tool(name, self.body, concurrency_safe=safe, cancellation=self.cancellation)
             )
         registry.pre_execute(self.pre)
         registry.around_execute(self.around)
@@ -150,10 +137,7 @@ class Lab:
         return "done"
 
     async def post(
-        self,
-        execution: tr.Execution,
-        result: tr.ToolResult,
-        call_next: Callable[[], Awaitable[Any]],
+        self, execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
     ) -> Any:
         await self.points.at(f"{execution.call_id} post-before")
         decision = await call_next()

@@ -29,15 +29,14 @@ import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import toolrail as tr
-
-T = TypeVar("T")
+from helpers import PostNext, one_turn, raw_tool, within
 
 NAME = "t"
 NOT_LOSSLESS = "tool call arguments must be losslessly JSON-serializable"
@@ -45,18 +44,6 @@ ABORTED = "tool call aborted"
 ABORTED_BEFORE = "tool call aborted before dispatch"
 
 PROPERTY = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-async def within(awaitable: Awaitable[T]) -> T:
-    return await asyncio.wait_for(awaitable, 5)
-
-
-async def one_turn() -> None:
-    """Suspend for one loop turn, so async middleware really interleaves."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(future.set_result, None)
-    await future
 
 
 def error(message: str, code: str | None = None, kind: str | None = None) -> tr.ToolResult:
@@ -670,15 +657,7 @@ def test_no_ordering_of_pre_execute_guards_and_approval_lets_a_denied_call_reach
             ran.append(ctx.call_id)
             return "ran"
 
-        registry.register(
-            tr.Tool(
-                name=NAME,
-                description="d",
-                parameters={"type": "object"},
-                execute=body,
-                concurrency_safe=True,
-            )
-        )
+        registry.register(raw_tool(NAME, body, concurrency_safe=True))
         for kind in order.pre:
 
             async def pre(
@@ -829,15 +808,7 @@ class Lab:
         self.peak = 0
         self.registry = registry = tr.ToolRegistry()
         for name, safe in (("par", True), ("exc", False)):
-            registry.register(
-                tr.Tool(
-                    name=name,
-                    description=name,
-                    parameters={"type": "object"},
-                    execute=self.body,
-                    concurrency_safe=safe,
-                )
-            )
+            registry.register(raw_tool(name, self.body, concurrency_safe=safe))
         registry.pre_execute(self.pre)
         registry.guard(self.guard)
         registry.post_execute(self.post)
@@ -877,10 +848,7 @@ class Lab:
         return f"guard denies c{i}" if self.plan.kinds[i] == "guard_deny" else None
 
     async def post(
-        self,
-        execution: tr.Execution,
-        result: tr.ToolResult,
-        call_next: Callable[[], Awaitable[Any]],
+        self, execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
     ) -> Any:
         i = self.index(execution)
         self.log.append(f"post-start c{i}")

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import toolrail as tr
+from helpers import PostNext, one_turn, raw_tool
 
 pytestmark = pytest.mark.soak
 
@@ -44,13 +45,6 @@ async def within(awaitable: Awaitable[Any]) -> Any:
     return await asyncio.wait_for(awaitable, 60)
 
 
-async def one_turn() -> None:
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(future.set_result, None)
-    await future
-
-
 def callbacks_held(signal: tr.CancelSignal) -> int:
     """How many callbacks a signal holds (its internal table; empty means nothing leaked)."""
     return len(signal._callbacks or {})
@@ -67,15 +61,7 @@ class Lab:
         self.all_started = asyncio.Event()
         registry = self.registry = tr.ToolRegistry()
         for name, safe in (("work", True), ("solo", False)):
-            registry.register(
-                tr.Tool(
-                    name=name,
-                    description=name,
-                    parameters={"type": "object"},
-                    execute=self.body,
-                    concurrency_safe=safe,
-                )
-            )
+            registry.register(raw_tool(name, self.body, concurrency_safe=safe))
         registry.pre_execute(self.pre)
         registry.guard(lambda execution: None)
         registry.around_execute(self.around)
@@ -92,10 +78,7 @@ class Lab:
         return await call_next()
 
     async def post(
-        self,
-        execution: tr.Execution,
-        result: tr.ToolResult,
-        call_next: Callable[[], Awaitable[Any]],
+        self, execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
     ) -> Any:
         return tr.Accept(contexts=[tr.ContextMessage((tr.TextContent("post"),), "post")])
 
