@@ -14,14 +14,21 @@ from typing import Any, Literal
 import pytest
 
 import toolrail as tr
+from helpers import (
+    CallNext,
+    PostNext,
+    PreNext,
+    assert_error,
+    observe,
+    one_turn,
+    until,
+    wait_forever,
+)
 
 NAME = "work"
 ABORTED = "tool call aborted"
 ABORTED_BEFORE = "tool call aborted before dispatch"
 
-CallNext = Callable[[], Awaitable[tr.ToolResult]]
-PreNext = Callable[[], Awaitable[tr.PreDecision]]
-PostNext = Callable[[], Awaitable[tr.PostDecision]]
 Body = Callable[[tr.JsonValue, tr.RunContext], Any]
 
 
@@ -53,12 +60,42 @@ def make_call(signal: tr.CancelSignal | None = None, arguments: Any = None) -> t
     )
 
 
-def assert_error(result: tr.ToolResult, message: str, code: str | None, kind: str | None) -> None:
-    assert result.error == tr.ErrorInfo(message, code, kind)
-    assert result.is_error is True
-    assert result.content == (tr.TextContent("Error: " + message),)
-    assert result.value is None
-    assert result.concludes_turn is False
+def registry_for(
+    body: Body, *, approver: tr.Approver | None = None, **options: Any
+) -> tr.ToolRegistry:
+    """A registry (with ``approver``) holding ``make_tool(body, **options)``."""
+    registry = tr.ToolRegistry(approver=approver)
+    registry.register(make_tool(body, **options))
+    return registry
+
+
+async def execute_until(
+    registry: tr.ToolRegistry, started: asyncio.Event, signal: tr.CancelSignal | None = None
+) -> asyncio.Task[tr.ToolResult]:
+    """``registry.execute(make_call(signal))`` as a task, once the body has set ``started``."""
+    task = asyncio.create_task(registry.execute(make_call(signal)))
+    await until(started)
+    return task
+
+
+def logging_body(ran: list[str]) -> Body:
+    """A body that notes "body" in ``ran`` and returns "done"."""
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        ran.append("body")
+        return "done"
+
+    return body
+
+
+async def task_cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait, bounded, until it is done."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)
+
+
+async def no_body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+    raise AssertionError("a denied or failed call has no body")
 
 
 def record_post(registry: tr.ToolRegistry) -> list[tr.ToolResult]:
@@ -73,29 +110,6 @@ def record_post(registry: tr.ToolRegistry) -> list[tr.ToolResult]:
 
     registry.post_execute(post)
     return saw
-
-
-def observe(registry: tr.ToolRegistry) -> list[tuple[tr.Execution, tr.ToolResult]]:
-    seen: list[tuple[tr.Execution, tr.ToolResult]] = []
-    registry.on_result(lambda execution, result: seen.append((execution, result)))
-    return seen
-
-
-async def yield_once() -> None:
-    """Give the loop one turn (a body's own async cleanup, not test synchronization)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(future.set_result, None)
-    await future
-
-
-async def wait_forever() -> None:
-    """What a slow body awaits; bounded so a broken interrupt fails instead of hanging."""
-    await asyncio.wait_for(asyncio.Event().wait(), 5)
-
-
-async def until(event: asyncio.Event) -> None:
-    await asyncio.wait_for(event.wait(), 5)
 
 
 async def still_running(task: asyncio.Task[Any]) -> bool:
@@ -145,15 +159,10 @@ async def test_a_call_cancelled_before_execute_is_aborted_before_dispatch() -> N
     ran: list[str] = []
     finalized: list[tr.ToolResult] = []
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ran.append("body")
-        return "done"
-
     def finalize(execution: tr.Execution, result: tr.ToolResult) -> None:
         finalized.append(result)
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, finalize_content=finalize))
+    registry = registry_for(logging_body(ran), finalize_content=finalize)
     stages = Recorder(registry)
     seen = observe(registry)
     controller = tr.CancelController()
@@ -177,8 +186,7 @@ async def test_finalize_content_may_replace_the_content_of_an_abort_before_dispa
     def finalize(execution: tr.Execution, result: tr.ToolResult) -> list[tr.Content]:
         return [tr.TextContent("the call was stopped")]
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, finalize_content=finalize))
+    registry = registry_for(body, finalize_content=finalize)
     controller = tr.CancelController()
     controller.cancel()
 
@@ -193,12 +201,7 @@ async def test_finalize_content_may_replace_the_content_of_an_abort_before_dispa
 async def test_arguments_that_are_not_lossless_win_over_cancellation() -> None:
     ran: list[str] = []
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ran.append("body")
-        return "done"
-
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(logging_body(ran))
     stages = Recorder(registry)
     seen = observe(registry)
     controller = tr.CancelController()
@@ -218,16 +221,11 @@ async def test_cancelling_during_pre_execute_then_allowing_aborts_before_dispatc
     ran: list[str] = []
     controller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ran.append("body")
-        return "done"
-
     def cancel_then_allow(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
         controller.cancel()
         return tr.Allow()
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(logging_body(ran))
     registry.pre_execute(cancel_then_allow)
     stages = Recorder(registry)
     seen = observe(registry)
@@ -244,15 +242,11 @@ async def test_cancelling_during_pre_execute_then_allowing_aborts_before_dispatc
 async def test_a_pre_execute_denial_settling_after_cancellation_stays_the_denial() -> None:
     controller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        raise AssertionError("a denied call has no body")
-
     def cancel_then_deny(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
         controller.cancel()
         return tr.Deny("not now")
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(no_body)
     registry.pre_execute(cancel_then_deny)
     post_saw = record_post(registry)
     seen = observe(registry)
@@ -267,15 +261,11 @@ async def test_a_pre_execute_denial_settling_after_cancellation_stays_the_denial
 async def test_a_pre_execute_failure_settling_after_cancellation_stays_the_failure() -> None:
     controller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        raise AssertionError("a failed call has no body")
-
     def cancel_then_fail(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
         controller.cancel()
         raise tr.ToolError("policy store is down", code="POLICY_DOWN")
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(no_body)
     registry.pre_execute(cancel_then_fail)
 
     result = await registry.execute(make_call(controller.signal))
@@ -286,15 +276,11 @@ async def test_a_pre_execute_failure_settling_after_cancellation_stays_the_failu
 async def test_a_guard_denial_after_cancellation_stays_the_denial() -> None:
     controller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        raise AssertionError("a denied call has no body")
-
     def cancel_then_deny(execution: tr.Execution) -> str | None:
         controller.cancel()
         return "guard says no"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(no_body)
     registry.guard(cancel_then_deny)
 
     result = await registry.execute(make_call(controller.signal))
@@ -305,15 +291,11 @@ async def test_a_guard_denial_after_cancellation_stays_the_denial() -> None:
 async def test_a_guard_denial_stays_the_denial_when_pre_execute_cancelled_first() -> None:
     controller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        raise AssertionError("a denied call has no body")
-
     def cancel_then_allow(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
         controller.cancel()
         return tr.Allow()
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(no_body)
     registry.pre_execute(cancel_then_allow)
     registry.guard(lambda execution: "guard says no")
 
@@ -327,18 +309,13 @@ async def test_cancelling_in_around_execute_before_call_next_aborts_before_dispa
     around_saw: list[tr.ToolResult] = []
     controller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ran.append("body")
-        return "done"
-
     async def cancel_then_continue(execution: tr.Execution, call_next: CallNext) -> tr.ToolResult:
         controller.cancel()
         result = await call_next()
         around_saw.append(result)
         return result
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(logging_body(ran))
     registry.around_execute(cancel_then_continue)
     post_saw = record_post(registry)
     seen = observe(registry)
@@ -371,13 +348,11 @@ async def test_an_interrupt_body_cancelled_mid_await_is_aborted() -> None:
             raise
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     stages = Recorder(registry)
     seen = observe(registry)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel("stop")
     result = await asyncio.wait_for(task, 5)
 
@@ -401,11 +376,9 @@ async def test_a_body_that_swallows_its_interruption_and_returns_is_still_aborte
             return "I am fine"
         return "never interrupted"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel()
     result = await asyncio.wait_for(task, 5)
 
@@ -427,8 +400,7 @@ async def test_a_body_that_cancels_its_own_callers_controller_and_awaits_is_inte
             body_saw.append("never interrupted")
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
 
     result = await asyncio.wait_for(registry.execute(make_call(controller.signal)), 10)
 
@@ -443,8 +415,7 @@ async def test_a_body_that_cancels_its_caller_and_returns_at_once_leaves_no_stra
         controller.cancel()
         return "done"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
 
     result = await registry.execute(make_call(controller.signal))
 
@@ -452,7 +423,7 @@ async def test_a_body_that_cancels_its_caller_and_returns_at_once_leaves_no_stra
     task = asyncio.current_task()
     assert task is not None
     assert task.cancelling() == 0
-    await yield_once()  # a left-over cancellation request would raise here
+    await one_turn()  # a left-over cancellation request would raise here
 
 
 @pytest.mark.parametrize("how", ["signal", "timeout", "approver"])
@@ -495,7 +466,7 @@ async def test_the_callers_task_is_not_left_cancelling_after_an_interruption(how
     task = asyncio.current_task()
     assert task is not None
     assert task.cancelling() == 0
-    await yield_once()  # a left-over cancellation request would raise here
+    await one_turn()  # a left-over cancellation request would raise here
 
 
 @pytest.mark.parametrize("with_signal", [False, True])
@@ -505,8 +476,7 @@ async def test_a_cancelled_error_the_body_raises_on_its_own_is_a_failure(
     async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
         raise asyncio.CancelledError("gave up on my own")
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     signal = tr.CancelController().signal if with_signal else None
 
     result = await asyncio.wait_for(registry.execute(make_call(signal)), 5)
@@ -526,7 +496,7 @@ async def test_a_cooperative_body_that_returns_after_the_signal_is_aborted_with_
         started.set()
         await asyncio.wait_for(ctx.signal.wait(), 5)
         body_saw.append((ctx.signal.cancelled, ctx.signal.reason))
-        await yield_once()  # still running after the signal fired
+        await one_turn()  # still running after the signal fired
         ctx.defer_context("deferred by the body")
         return "finished"
 
@@ -537,13 +507,11 @@ async def test_a_cooperative_body_that_returns_after_the_signal_is_aborted_with_
         post_saw.append(result)
         return tr.Accept(contexts=(post_context,))
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, cancellation="cooperative"))
+    registry = registry_for(body, cancellation="cooperative")
     registry.post_execute(post)
     seen = observe(registry)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel("stop")
     result = await asyncio.wait_for(task, 5)
 
@@ -566,11 +534,9 @@ async def test_a_cooperative_body_that_raises_after_the_signal_gives_that_failur
         await asyncio.wait_for(ctx.signal.wait(), 5)
         raise tr.ToolError("stopped half way", code="HALF_WAY")
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, cancellation="cooperative"))
+    registry = registry_for(body, cancellation="cooperative")
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel()
     result = await asyncio.wait_for(task, 5)
 
@@ -593,11 +559,9 @@ async def test_a_cooperative_body_is_not_interrupted_by_the_signal() -> None:
         body_saw.append(f"released, cancelled={ctx.signal.cancelled}")
         return "finished"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, cancellation="cooperative"))
+    registry = registry_for(body, cancellation="cooperative")
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel()
     assert await still_running(task)
     release.set()
@@ -624,12 +588,10 @@ async def test_post_execute_blocking_or_failing_after_cancellation_gives_that_ou
             raise tr.ToolError("audit log unavailable", code="AUDIT")
         return tr.Block("not shown to the model")
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, cancellation="cooperative"))
+    registry = registry_for(body, cancellation="cooperative")
     registry.post_execute(post)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel()
     result = await asyncio.wait_for(task, 5)
 
@@ -658,11 +620,9 @@ async def test_a_sync_body_in_a_worker_thread_is_waited_out() -> None:
         finished.set()
         return "finished"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel()
     try:
         assert await still_running(task)
@@ -687,13 +647,12 @@ async def test_an_interrupt_body_exceeding_its_timeout_times_out() -> None:
             await wait_forever()
         except asyncio.CancelledError:
             body_saw.append(ctx.signal.cancelled)
-            await yield_once()
+            await one_turn()
             cleaned_up.append(True)
             raise
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, timeout=0.05))
+    registry = registry_for(body, timeout=0.05)
     stages = Recorder(registry)
 
     result = await asyncio.wait_for(registry.execute(make_call()), 5)
@@ -711,8 +670,7 @@ async def test_the_timeout_message_uses_the_general_number_format() -> None:
         await wait_forever()
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, timeout=0.0625))
+    registry = registry_for(body, timeout=0.0625)
 
     result = await asyncio.wait_for(registry.execute(make_call()), 5)
 
@@ -721,11 +679,10 @@ async def test_the_timeout_message_uses_the_general_number_format() -> None:
 
 async def test_a_body_finishing_within_its_timeout_succeeds() -> None:
     async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        await yield_once()
+        await one_turn()
         return "quick"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, timeout=5))
+    registry = registry_for(body, timeout=5)
 
     result = await asyncio.wait_for(registry.execute(make_call()), 5)
 
@@ -743,8 +700,7 @@ async def test_a_sync_body_exceeding_its_timeout_is_waited_out_and_times_out() -
         finished.set()
         return "late"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, timeout=0.05))
+    registry = registry_for(body, timeout=0.05)
 
     result = await asyncio.wait_for(registry.execute(make_call()), 5)
 
@@ -766,8 +722,7 @@ async def test_a_cooperative_body_with_a_timeout_sees_its_signal_and_times_out(
             raise tr.ToolError("ran out of time", code="MY_CODE")
         return "partial answer"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, timeout=0.05, cancellation="cooperative"))
+    registry = registry_for(body, timeout=0.05, cancellation="cooperative")
 
     result = await asyncio.wait_for(registry.execute(make_call()), 5)
 
@@ -789,8 +744,7 @@ async def test_the_timeout_applies_per_attempt_of_a_retry_wrapper() -> None:
         attempts.append(await call_next())
         return attempts[-1]
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, timeout=0.05))
+    registry = registry_for(body, timeout=0.05)
     registry.around_execute(retry)
 
     result = await asyncio.wait_for(registry.execute(make_call()), 5)
@@ -825,12 +779,10 @@ async def test_firing_a_signal_installed_by_around_execute_interrupts_the_body()
         execution.signal = own.signal
         return await call_next()
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     registry.around_execute(deadline)
 
-    task = asyncio.create_task(registry.execute(make_call(caller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, caller.signal)
     installed[0].cancel("deadline")
     result = await asyncio.wait_for(task, 5)
 
@@ -861,12 +813,10 @@ async def test_the_body_signal_fires_when_either_the_callers_or_the_installed_si
         execution.signal = own.signal
         return await call_next()
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, cancellation="cooperative"))
+    registry = registry_for(body, cancellation="cooperative")
     registry.around_execute(deadline)
 
-    task = asyncio.create_task(registry.execute(make_call(caller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, caller.signal)
     (caller if which == "caller" else installed[0]).cancel(f"{which} fired")
     result = await asyncio.wait_for(task, 5)
 
@@ -899,8 +849,7 @@ async def test_after_the_around_chain_the_execution_signal_is_the_callers_again(
         after.append(execution.signal)
         return tr.Accept()
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     registry.around_execute(replace)
     registry.post_execute(post)
     seen = observe(registry)
@@ -946,8 +895,7 @@ async def test_assigning_the_signal_outside_around_execute_raises_attribute_erro
     def observer(execution: tr.Execution, result: tr.ToolResult) -> None:
         attempt("observer", execution)
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     registry.pre_execute(pre)
     registry.guard(guard)
     registry.post_execute(post)
@@ -984,20 +932,17 @@ async def test_cancelling_the_task_interrupts_the_body_and_propagates(with_signa
             await wait_forever()
         except asyncio.CancelledError:
             body_saw.append("CancelledError")
-            await yield_once()
+            await one_turn()
             body_saw.append("cleaned up")
             raise
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     seen = observe(registry)
     caller = tr.CancelController()
 
-    task = asyncio.create_task(registry.execute(make_call(caller.signal if with_signal else None)))
-    await until(started)
-    task.cancel()
-    await asyncio.wait({task}, timeout=5)
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
 
     assert task.cancelled()
     assert body_saw == ["CancelledError", "cleaned up"]
@@ -1021,14 +966,11 @@ async def test_cancelling_the_task_fires_the_interrupt_body_signal_with_reason_c
             raise
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     caller = tr.CancelController()
 
-    task = asyncio.create_task(registry.execute(make_call(caller.signal if with_signal else None)))
-    await until(started)
-    task.cancel()
-    await asyncio.wait({task}, timeout=5)
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
 
     assert task.cancelled()
     assert body_saw == [(True, "cancelled")]
@@ -1046,15 +988,12 @@ async def test_a_task_cancellation_the_body_swallows_still_propagates(with_signa
             return "swallowed"
         return "finished anyway"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     seen = observe(registry)
     caller = tr.CancelController()
 
-    task = asyncio.create_task(registry.execute(make_call(caller.signal if with_signal else None)))
-    await until(started)
-    task.cancel()
-    await asyncio.wait({task}, timeout=5)
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
 
     assert task.cancelled(), f"execute returned {task.result()!r}"
     assert seen == []
@@ -1076,13 +1015,11 @@ async def test_cancelling_the_task_fires_a_cooperative_body_signal_and_waits_for
         finished.append(True)
         return "finished"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body, cancellation="cooperative"))
+    registry = registry_for(body, cancellation="cooperative")
     seen = observe(registry)
     caller = tr.CancelController()
 
-    task = asyncio.create_task(registry.execute(make_call(caller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, caller.signal)
     task.cancel()
     await until(saw_signal)
     assert not task.done()
@@ -1110,12 +1047,10 @@ async def test_cancelling_the_task_waits_out_a_sync_body_and_fires_its_signal() 
         finished.set()
         return "finished"
 
-    registry = tr.ToolRegistry()
-    registry.register(make_tool(body))
+    registry = registry_for(body)
     seen = observe(registry)
 
-    task = asyncio.create_task(registry.execute(make_call()))
-    await until(started)
+    task = await execute_until(registry, started)
     task.cancel()
     try:
         assert await still_running(task)
@@ -1149,7 +1084,7 @@ async def test_a_pending_approver_is_cancelled_and_awaited_when_the_signal_fires
             await wait_forever()
         except asyncio.CancelledError:
             approver_saw.append("CancelledError")
-            await yield_once()
+            await one_turn()
             approver_saw.append("finished")
             if approver_does == "re-raises":
                 raise
@@ -1157,18 +1092,12 @@ async def test_a_pending_approver_is_cancelled_and_awaited_when_the_signal_fires
                 return tr.ApprovalOutcome.REJECTED
         return tr.ApprovalOutcome.ALLOWED_ONCE
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ran.append("body")
-        return "done"
-
-    registry = tr.ToolRegistry(approver=approver)
-    registry.register(make_tool(body))
+    registry = registry_for(logging_body(ran), approver=approver)
     registry.pre_execute(lambda execution, call_next: tr.Ask("may I?"))
     post_saw = record_post(registry)
     seen = observe(registry)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
+    task = await execute_until(registry, started, controller.signal)
     controller.cancel()
     result = await asyncio.wait_for(task, 5)
 
@@ -1196,25 +1125,18 @@ async def test_cancelling_the_task_cancels_and_awaits_a_pending_approver(
             await wait_forever()
         except asyncio.CancelledError:
             approver_saw.append("CancelledError")
-            await yield_once()
+            await one_turn()
             approver_saw.append("finished")
             if approver_does == "re-raises":
                 raise
         return tr.ApprovalOutcome.ALLOWED_ONCE
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ran.append("body")
-        return "done"
-
-    registry = tr.ToolRegistry(approver=approver)
-    registry.register(make_tool(body))
+    registry = registry_for(logging_body(ran), approver=approver)
     registry.pre_execute(lambda execution, call_next: tr.Ask())
     seen = observe(registry)
 
-    task = asyncio.create_task(registry.execute(make_call(controller.signal)))
-    await until(started)
-    task.cancel()
-    await asyncio.wait({task}, timeout=5)
+    task = await execute_until(registry, started, controller.signal)
+    await task_cancelled(task)
 
     assert approver_saw == ["CancelledError", "finished"]
     assert task.cancelled(), f"execute returned {task.result()!r}"
@@ -1243,7 +1165,7 @@ async def test_nothing_the_library_started_runs_after_execute_returns(
                 await wait_forever()
         finally:
             for _ in range(3):
-                await yield_once()
+                await one_turn()
             finished.append(True)
         return "finished"
 
