@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -134,3 +136,31 @@ class GatedLab:
 
     def commits(self) -> list[str]:
         return [execution.call_id for execution, _ in self.notified]
+
+
+def adder_registry() -> tr.ToolRegistry:
+    """A registry holding one typed tool, ``add(a: int, b: int = 5) -> int``."""
+    reg = tr.ToolRegistry()
+
+    @reg.tool(concurrency_safe=True)
+    def add(a: int, b: int = 5) -> int:
+        """Add two numbers."""
+        return a + b
+
+    return reg
+
+
+# The parameters schema of ``adder_registry()``'s ``add``, as every adapter sends it.
+ADD_PARAMETERS = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 5}},
+    "required": ["a"],
+    "additionalProperties": False,
+}
+
+
+def python_output(code: str) -> str:
+    """What a fresh ``python -c code`` prints; it must exit with status 0."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

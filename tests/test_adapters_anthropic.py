@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import doctest
 import json
-import subprocess
-import sys
 from typing import Any, cast, get_type_hints
 
 import anthropic
@@ -27,22 +25,12 @@ from anthropic.types import (
 )
 
 import toolrail as tr
+from helpers import ADD_PARAMETERS, adder_registry, python_output
 from toolrail.adapters import anthropic as an
 
 PNG = tr.ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
 BMP = tr.ImageContent(data="Qk0=", mime_type="image/bmp")
 CALL = tr.ToolCall(call_id="toolu_1", name="t")
-
-
-def registry() -> tr.ToolRegistry:
-    reg = tr.ToolRegistry()
-
-    @reg.tool(concurrency_safe=True)
-    def add(a: int, b: int = 5) -> int:
-        """Add two numbers."""
-        return a + b
-
-    return reg
 
 
 def message(*content: dict[str, Any]) -> Message:
@@ -77,17 +65,12 @@ def one_block(result: tr.ToolResult) -> ToolResultBlockParam:
 
 
 def test_tools_maps_each_schema_to_name_description_and_input_schema() -> None:
-    [tool] = an.tools(registry().schemas())
+    [tool] = an.tools(adder_registry().schemas())
 
     assert tool == {
         "name": "add",
         "description": "Add two numbers.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 5}},
-            "required": ["a"],
-            "additionalProperties": False,
-        },
+        "input_schema": ADD_PARAMETERS,
     }
     assert ToolParam.__required_keys__ <= set(tool) <= keys(ToolParam)
 
@@ -149,7 +132,7 @@ def test_a_tool_use_block_without_input_has_empty_arguments() -> None:
 async def test_a_call_whose_input_is_not_an_object_executes_to_an_error_block() -> None:
     [call] = an.calls_from_message({"content": [tool_use("toolu_1", "add", "1 + 2")]})
 
-    result = await registry().execute(call)
+    result = await adder_registry().execute(call)
 
     assert result.error is not None
     assert result.error.code == "INVALID_ARGS"
@@ -240,7 +223,7 @@ def test_tool_result_blocks_rejects_what_is_not_a_call_or_a_result() -> None:
 
 
 async def test_a_step_round_trips_through_the_sdk_client() -> None:
-    reg = registry()
+    reg = adder_registry()
     requests: list[dict[str, Any]] = []
     reply = message({"type": "text", "text": "Adding."}, tool_use("toolu_1", "add", {"a": 2}))
 
@@ -292,7 +275,6 @@ def test_the_module_imports_and_maps_without_the_sdk_installed() -> None:
         "from toolrail.adapters import anthropic as an\n"
         "print(an.tools([{'name': 'now'}])[0]['name'])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    output = python_output(code)
 
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "now\n"
+    assert output == "now\n"

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import doctest
 import json
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -21,21 +19,11 @@ from google import genai
 from google.genai import types
 
 import toolrail as tr
+from helpers import ADD_PARAMETERS, adder_registry, python_output
 from toolrail.adapters import gemini as gm
 
 PNG = tr.ImageContent(data=base64.b64encode(b"\x89PNG").decode(), mime_type="image/png")
 GIF = tr.ImageContent(data="R0lGOA==", mime_type="image/gif")
-
-
-def registry() -> tr.ToolRegistry:
-    reg = tr.ToolRegistry()
-
-    @reg.tool(concurrency_safe=True)
-    def add(a: int, b: int = 5) -> int:
-        """Add two numbers."""
-        return a + b
-
-    return reg
 
 
 def response(*parts: dict[str, Any]) -> types.GenerateContentResponse:
@@ -61,22 +49,17 @@ def one_part(result: tr.ToolResult, call_id: str = "fc_1", **options: bool) -> d
 
 
 def test_function_declarations_send_the_json_schema_as_parameters_json_schema() -> None:
-    [declaration] = gm.function_declarations(registry().schemas())
+    [declaration] = gm.function_declarations(adder_registry().schemas())
 
     assert declaration == {
         "name": "add",
         "description": "Add two numbers.",
-        "parameters_json_schema": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 5}},
-            "required": ["a"],
-            "additionalProperties": False,
-        },
+        "parameters_json_schema": ADD_PARAMETERS,
     }
 
 
 def test_function_declarations_validate_as_the_sdk_tool_model() -> None:
-    declarations = gm.function_declarations(registry().schemas())
+    declarations = gm.function_declarations(adder_registry().schemas())
 
     tool = types.Tool.model_validate({"function_declarations": declarations})
 
@@ -150,7 +133,7 @@ def test_a_response_without_candidates_or_function_calls_has_no_calls() -> None:
 async def test_arguments_the_tool_rejects_execute_to_an_error_response() -> None:
     [call] = gm.calls_from_response(response(function_call("add", {"a": "one"})))
 
-    result = await registry().execute(call)
+    result = await adder_registry().execute(call)
 
     assert result.error is not None
     assert result.error.code == "INVALID_ARGS"
@@ -258,7 +241,7 @@ def test_function_responses_needs_exactly_one_result_per_call() -> None:
 
 
 async def test_a_step_round_trips_through_the_sdk_client() -> None:
-    reg = registry()
+    reg = adder_registry()
     requests: list[dict[str, Any]] = []
     reply = {
         "candidates": [
@@ -326,7 +309,6 @@ def test_the_module_imports_and_maps_without_the_sdk_installed() -> None:
         "from toolrail.adapters import gemini as gm\n"
         "print(gm.function_declarations([{'name': 'now'}])[0]['name'])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    output = python_output(code)
 
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "now\n"
+    assert output == "now\n"

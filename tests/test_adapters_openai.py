@@ -11,8 +11,6 @@ from __future__ import annotations
 import doctest
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_type_hints
@@ -38,6 +36,7 @@ from openai.types.responses.response_input_item_param import FunctionCallOutput
 from openai.types.shared_params import FunctionDefinition
 
 import toolrail as tr
+from helpers import adder_registry, python_output
 from toolrail.adapters import openai as oa
 
 PNG = tr.ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
@@ -56,12 +55,8 @@ class Point:
 
 
 def registry() -> tr.ToolRegistry:
-    reg = tr.ToolRegistry()
-
-    @reg.tool(concurrency_safe=True)
-    def add(a: int, b: int = 5) -> int:
-        """Add two numbers."""
-        return a + b
+    """``adder_registry()`` plus a ``plot`` tool."""
+    reg = adder_registry()
 
     @reg.tool
     def plot(points: list[Point], label: str | None = None, mode: Literal["x", "y"] = "x") -> str:
@@ -937,10 +932,9 @@ def test_the_module_imports_and_maps_without_the_sdk_installed() -> None:
         "print(oa.chat_tools([{'name': 'now'}])[0]['type'])\n"
         "print(oa.calls_from_chat({'tool_calls': [{'id': 'c', 'function': {'name': 'n'}}]}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    output = python_output(code)
 
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "function"
+    assert output.splitlines()[0] == "function"
 
 
 def test_calls_from_chat_refuses_a_whole_completion_instead_of_its_message() -> None:
