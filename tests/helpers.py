@@ -164,3 +164,17 @@ def python_output(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def waiting_tool(started: asyncio.Event, stopped: asyncio.Event) -> tr.Tool:
+    """Tool "wait": sets ``started``, waits until interrupted, then sets ``stopped``."""
+
+    async def wait(arguments: tr.JsonValue, context: tr.RunContext) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        return "never"
+
+    return raw_tool("wait", wait, description="")

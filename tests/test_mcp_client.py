@@ -21,6 +21,7 @@ from mcp.server import MCPServer, Server, ServerRequestContext
 
 import toolrail as tr
 import toolrail.mcp
+from helpers import raw_tool, waiting_tool
 from mcp_fixtures.processes import STDIO_ARGS, http_server
 from toolrail.mcp import Attachment, Changes
 
@@ -127,22 +128,8 @@ async def test_refresh_adds_new_tools_replaces_changed_ones_and_removes_gone_one
     remote = remote_registry()
     async with attached(toolrail.mcp.server(remote)) as (local, handle):
         assert await handle.refresh() == Changes()
-        remote.register(
-            tr.Tool(
-                name="late",
-                description="",
-                parameters={"type": "object"},
-                execute=lambda arguments, context: "late",
-            )
-        )
-        dispose = remote.register(
-            tr.Tool(
-                name="gone",
-                description="",
-                parameters={"type": "object"},
-                execute=lambda arguments, context: None,
-            )
-        )
+        remote.register(raw_tool("late", lambda arguments, context: "late", description=""))
+        dispose = remote.register(raw_tool("gone", lambda arguments, context: None, description=""))
         assert await handle.refresh() == Changes(added=("gone", "late"))
         dispose()
         assert await handle.refresh() == Changes(removed=("gone",))
@@ -154,25 +141,11 @@ async def test_refresh_adds_new_tools_replaces_changed_ones_and_removes_gone_one
 
 async def test_a_changed_remote_tool_is_replaced_under_the_same_local_name() -> None:
     remote = tr.ToolRegistry()
-    first = remote.register(
-        tr.Tool(
-            name="t",
-            description="first",
-            parameters={"type": "object"},
-            execute=lambda arguments, context: 1,
-        )
-    )
+    first = remote.register(raw_tool("t", lambda arguments, context: 1, description="first"))
     async with attached(toolrail.mcp.server(remote), prefix="r.") as (local, handle):
         old = local.get("r.t")
         first()
-        remote.register(
-            tr.Tool(
-                name="t",
-                description="second",
-                parameters={"type": "object"},
-                execute=lambda arguments, context: "two",
-            )
-        )
+        remote.register(raw_tool("t", lambda arguments, context: "two", description="second"))
         changes = await handle.refresh()
         new = local.get("r.t")
         result = await local.execute(call("r.t"))
@@ -213,14 +186,7 @@ async def test_attach_into_a_scope_registers_scoped_tools() -> None:
 
 async def test_a_name_taken_in_the_registry_fails_attach_and_leaves_nothing_behind() -> None:
     local = tr.ToolRegistry()
-    local.register(
-        tr.Tool(
-            name="fail",
-            description="mine",
-            parameters={"type": "object"},
-            execute=lambda arguments, context: None,
-        )
-    )
+    local.register(raw_tool("fail", lambda arguments, context: None, description="mine"))
     async with mcp.Client(toolrail.mcp.server(remote_registry()), mode="legacy") as client:
         with pytest.raises(ValueError, match='tool "fail" is already registered'):
             await toolrail.mcp.attach(local, client.session)
@@ -235,18 +201,7 @@ async def test_a_cancelled_local_call_cancels_the_remote_request_and_stops_its_b
     remote.on_result(
         lambda execution, result: remote_codes.append(result.error.code if result.error else None)
     )
-
-    async def wait(arguments: tr.JsonValue, context: tr.RunContext) -> str:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            stopped.set()
-        return "never"
-
-    remote.register(
-        tr.Tool(name="wait", description="", parameters={"type": "object"}, execute=wait)
-    )
+    remote.register(waiting_tool(started, stopped))
     controller = tr.CancelController()
     async with attached(toolrail.mcp.server(remote)) as (local, _):
         running = asyncio.ensure_future(local.execute(call("wait", signal=controller.signal)))
@@ -425,14 +380,7 @@ async def test_connect_re_syncs_on_list_changed_and_removes_the_tools_on_exit() 
     arrived = until(local, lambda: local.get("late") is not None)
     async with toolrail.mcp.connect(local, server=toolrail.mcp.server(remote)) as handle:
         assert set(handle.names) == {"add", "fail", "pair"}
-        remote.register(
-            tr.Tool(
-                name="late",
-                description="",
-                parameters={"type": "object"},
-                execute=lambda arguments, context: "late",
-            )
-        )
+        remote.register(raw_tool("late", lambda arguments, context: "late", description=""))
         await asyncio.wait_for(arrived.wait(), WAIT)
         result = await local.execute(call("late"))
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 import toolrail as tr
 import toolrail.mcp
 import toolrail.mcp._server
+from helpers import raw_tool, waiting_tool
 from mcp_fixtures.processes import STDIO_ARGS, free_port, http_server
 
 WAIT = 10
@@ -359,21 +360,9 @@ def demo_registry() -> tr.ToolRegistry:
         return f"hello {name}"
 
     registry.register(
-        tr.Tool(
-            name="raw_object",
-            description="",
-            parameters={"type": "object"},
-            execute=lambda arguments, context: {"k": [1, 2]},
-        )
+        raw_tool("raw_object", lambda arguments, context: {"k": [1, 2]}, description="")
     )
-    registry.register(
-        tr.Tool(
-            name="raw_text",
-            description="",
-            parameters={"type": "object"},
-            execute=lambda arguments, context: "plain",
-        )
-    )
+    registry.register(raw_tool("raw_text", lambda arguments, context: "plain", description=""))
     registry.register(
         tr.Tool(
             name="picture",
@@ -458,11 +447,10 @@ async def test_a_scope_is_served_with_its_own_view_and_its_calls_bound_to_it() -
     agent = registry.scope("agent")
     agent.restrict(deny=["picture"])
     agent.register(
-        tr.Tool(
-            name="greet",
+        raw_tool(
+            "greet",
+            lambda arguments, context: f"scope {context.scope}",
             description="The agent's own greeting.",
-            parameters={"type": "object"},
-            execute=lambda arguments, context: f"scope {context.scope}",
         )
     )
 
@@ -480,18 +468,7 @@ async def test_a_cancelled_request_fires_the_call_signal_and_the_body_stops() ->
     started, stopped = asyncio.Event(), asyncio.Event()
     outcome: list[tr.ToolResult] = []
     registry.on_result(lambda execution, result: outcome.append(result))
-
-    async def wait(arguments: tr.JsonValue, context: tr.RunContext) -> str:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            stopped.set()
-        return "never"
-
-    registry.register(
-        tr.Tool(name="wait", description="", parameters={"type": "object"}, execute=wait)
-    )
+    registry.register(waiting_tool(started, stopped))
     async with memory_session(toolrail.mcp.server(registry)) as client:
         call = asyncio.ensure_future(client.session.call_tool("wait", {}))
         await asyncio.wait_for(started.wait(), WAIT)
@@ -526,9 +503,7 @@ async def test_a_call_that_waits_keeps_its_context_from_first_step_to_last() -> 
         return "done"
 
     registry.around_execute(around)
-    registry.register(
-        tr.Tool(name="waits", description="", parameters={"type": "object"}, execute=waits)
-    )
+    registry.register(raw_tool("waits", waits, description=""))
     async with memory_session(toolrail.mcp.server(registry)) as client:
         result = await asyncio.wait_for(client.session.call_tool("waits", {}), WAIT)
 
@@ -552,9 +527,7 @@ async def test_a_tool_body_runs_in_one_task_from_its_first_step_to_its_last() ->
         tasks.append(asyncio.current_task())
         return "done"
 
-    registry.register(
-        tr.Tool(name="waits", description="", parameters={"type": "object"}, execute=waits)
-    )
+    registry.register(raw_tool("waits", waits, description=""))
     async with memory_session(toolrail.mcp.server(registry)) as client:
         result = await asyncio.wait_for(client.session.call_tool("waits", {}), WAIT)
 
@@ -572,15 +545,7 @@ class Waiter:
         self.reasons: list[str | None] = []
         self.codes: list[str | None] = []
         registry.on_result(self.observe)
-        registry.register(
-            tr.Tool(
-                name="wait",
-                description="",
-                parameters={"type": "object"},
-                execute=self.body,
-                cancellation="cooperative",
-            )
-        )
+        registry.register(raw_tool("wait", self.body, description="", cancellation="cooperative"))
 
     async def body(self, arguments: tr.JsonValue, context: tr.RunContext) -> str:
         self.tasks.append(asyncio.current_task())
@@ -727,26 +692,14 @@ async def test_a_connection_that_ends_mid_call_ends_the_call_through_its_signal(
 async def test_tools_list_changes_when_a_visible_tool_is_added_replaced_or_removed() -> None:
     registry = tr.ToolRegistry()
     changes = ListChanges()
-    first = tr.Tool(
-        name="t",
-        description="first",
-        parameters={"type": "object"},
-        execute=lambda arguments, context: None,
-    )
+    first = raw_tool("t", lambda arguments, context: None, description="first")
     async with memory_session(toolrail.mcp.server(registry), changes) as client:
         assert (await client.list_tools()).tools == []
         dispose = registry.register(first)
         await changes.wait()
         listed = tools_by_name(await client.list_tools())
         dispose()
-        registry.register(
-            tr.Tool(
-                name="t",
-                description="second",
-                parameters={"type": "object"},
-                execute=lambda arguments, context: None,
-            )
-        )
+        registry.register(raw_tool("t", lambda arguments, context: None, description="second"))
         await changes.wait()
         relisted = tools_by_name(await client.list_tools())
 
@@ -762,14 +715,7 @@ async def test_a_2026_client_hears_of_changes_on_its_listen_stream() -> None:
         assert client.server_capabilities.tools is not None
         assert client.server_capabilities.tools.list_changed is True
         async with client.listen(tools_list_changed=True) as subscription:
-            registry.register(
-                tr.Tool(
-                    name="late",
-                    description="",
-                    parameters={"type": "object"},
-                    execute=lambda arguments, context: "late",
-                )
-            )
+            registry.register(raw_tool("late", lambda arguments, context: "late", description=""))
             event = await asyncio.wait_for(anext(aiter(subscription)), WAIT)
         called = await client.call_tool("late", {})
 
