@@ -44,15 +44,29 @@ async def io_figure(repeat: int) -> Figure:
 async def trivial_figures(count: int, repeat: int) -> list[Figure]:
     registry = _registry()
     calls = [tr.ToolCall(call_id=str(i), name="trivial") for i in range(count)]
-    batch, single = [], []
-    for _ in range(repeat):
+    batch: list[float] = []
+    single: list[float] = []
+
+    async def one_batch() -> None:
         start = time.perf_counter()
         await registry.run(calls)
         batch.append((time.perf_counter() - start) / count * 1e6)
+
+    async def one_at_a_time() -> None:
         start = time.perf_counter()
         for call in calls:
             await registry.execute(call)
         single.append((time.perf_counter() - start) / count * 1e6)
+
+    await one_batch()  # warm-up, not kept
+    await one_at_a_time()
+    batch.clear()
+    single.clear()
+    # Rounds in ABBA order, so a drift in the machine's load falls on both alike.
+    for round_ in range(repeat):
+        first, second = (one_batch, one_at_a_time) if round_ % 2 else (one_at_a_time, one_batch)
+        await first()
+        await second()
     return [
         Figure(f"run(): {count} trivial parallel calls, per call",
                statistics.median(batch), min(batch), max(batch)),
@@ -62,7 +76,7 @@ async def trivial_figures(count: int, repeat: int) -> list[Figure]:
 
 
 async def main(quick: bool) -> list[Figure]:
-    repeat = 3 if quick else 9
+    repeat = 3 if quick else 21
     figures = [await io_figure(2 if quick else 5)]
     figures += await trivial_figures(100 if quick else 1000, repeat)
     return figures

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ToolRegistry"]
 
+# Read per call by the scheduler's classification: module globals cost less than members.
+_PARALLEL = ExecutionMode.PARALLEL
+_EXCLUSIVE = ExecutionMode.EXCLUSIVE
+
 Guard = Callable[["Execution"], "str | None"]
 
 
@@ -238,19 +242,19 @@ class ToolRegistry:
         try:
             entry = self._resolve(call.name, scope)
             if entry is None:
-                return ExecutionMode.EXCLUSIVE, None
+                return _EXCLUSIVE, None
             safe = entry.tool.concurrency_safe
             if safe is False:
-                return ExecutionMode.EXCLUSIVE, None
+                return _EXCLUSIVE, None
             arguments = snapshot_json(call.arguments)
             if safe is True:
-                return ExecutionMode.PARALLEL, arguments
+                return _PARALLEL, arguments
             if not callable(safe):
-                return ExecutionMode.EXCLUSIVE, arguments
+                return _EXCLUSIVE, arguments
             verdict = safe(arguments)
         except Exception:
-            return ExecutionMode.EXCLUSIVE, arguments
-        mode = ExecutionMode.PARALLEL if verdict is True else ExecutionMode.EXCLUSIVE
+            return _EXCLUSIVE, arguments
+        mode = _PARALLEL if verdict is True else _EXCLUSIVE
         return mode, arguments
 
     def _guards_for(self, scope: Hashable | None) -> tuple[_Registration, ...]:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Batch", "CallStream", "Committed", "run", "stream"]
 
+_PARALLEL = ExecutionMode.PARALLEL  # read per call: a module global costs less than an enum member
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
@@ -270,11 +272,11 @@ class _Driver:
         if self.batch.signal.cancelled:
             return True  # it starts only to be committed as ABORTED_BEFORE_DISPATCH
         if self.started == self.cursor:  # a group boundary: everything before committed
-            self.parallel = self._mode(self.started) is ExecutionMode.PARALLEL
+            self.parallel = self._mode(self.started) is _PARALLEL
             return True
         if not self.parallel or self.dispatching >= self.max_parallel:
             return False
-        if self._mode(self.started) is ExecutionMode.PARALLEL:
+        if self._mode(self.started) is _PARALLEL:
             return True
         self.parallel = False  # the group stops growing; this call heads the next one
         return False
