@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -33,7 +31,7 @@ import toolrail as tr
 import toolrail.mcp
 import toolrail.mcp._server
 from helpers import raw_tool, waiting_tool
-from mcp_fixtures.processes import STDIO_ARGS, free_port, http_server
+from mcp_fixtures.processes import STDIO_ARGS, free_port, http_process, http_server
 
 WAIT = 10
 CallNext = Callable[[], Awaitable[tr.ToolResult]]
@@ -233,26 +231,8 @@ async def cancel_one_call_then_leave_with_another_running(session: ClientSession
 def serving_over_http(script: Path, log: Path, deadline: float = 10) -> Iterator[str]:
     """Run ``WAITING_SERVER`` over streamable HTTP on a free loopback port; yield its URL."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(script), str(log), str(port)])
-    try:
-        give_up = time.monotonic() + deadline
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > give_up or process.poll() is not None:
-                    raise
-                time.sleep(0.05)  # polling the subprocess's readiness, bounded above
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(deadline)
-        except subprocess.TimeoutExpired:  # it would not stop: fail, leaving nothing behind
-            process.kill()
-            process.wait(deadline)
-            raise
+    with http_process([str(script), str(log), str(port)], port, deadline) as url:
+        yield url
 
 
 async def test_over_stdio_a_call_cancelled_or_cut_off_ends_through_its_signal(

@@ -25,7 +25,15 @@ def free_port() -> int:
 def http_server(deadline: float = 10) -> Iterator[str]:
     """Serve ``server.py`` over streamable HTTP on a free loopback port; yield its URL."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)])
+    with http_process([str(SERVER), "http", str(port)], port, deadline) as url:
+        yield url
+
+
+@contextmanager
+def http_process(args: list[str], port: int, deadline: float = 10) -> Iterator[str]:
+    """Run ``python *args``, which serves streamable HTTP on ``port``; yield its URL once
+    it accepts connections, and stop it afterwards (killing it if it will not stop)."""
+    process = subprocess.Popen([sys.executable, *args])
     try:
         give_up = time.monotonic() + deadline
         while True:
@@ -39,4 +47,9 @@ def http_server(deadline: float = 10) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
-        process.wait(deadline)
+        try:
+            process.wait(deadline)
+        except subprocess.TimeoutExpired:  # it would not stop: fail, leaving nothing behind
+            process.kill()
+            process.wait(deadline)
+            raise
