@@ -36,7 +36,7 @@ from ._outcome import (
     render,
 )
 from ._results import ImageContent, TextContent, ToolOutput, ToolResult, make_result, make_text
-from ._watch import Watch, resume, wait_out, watched
+from ._watch import Watch, report_callback_error, resume, wait_out, watched
 
 if TYPE_CHECKING:
     from ._entry import Entry
@@ -133,7 +133,10 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
         # A signal fired during the body's only step, and nothing has passed it on yet.
         if context is not None:
             fired = caller if caller.cancelled else installed
-            context._cancel_body(fired.reason or "cancelled")
+            try:
+                context._cancel_body(fired.reason or "cancelled")
+            except Exception as exc:  # its callbacks: nobody's cancel() is there to raise
+                report_callback_error(exc)
         return aborted()
     return _outcome(state, entry, watch, failure, out, context)
 

@@ -31,7 +31,7 @@ from ._cancel import CancelSignal
 if TYPE_CHECKING:
     from ._execution import RunContext
 
-__all__ = ["Watch", "resume", "wait_out", "watched"]
+__all__ = ["Watch", "report_callback_error", "resume", "wait_out", "watched"]
 
 T = TypeVar("T")
 
@@ -40,14 +40,16 @@ class Watch:
     """Fires when a followed signal does (or ``fire`` is called); see ``watched``.
 
     Firing, and a cancellation of the task from outside, also fire the body signal of
-    ``context`` (when there is one). One is made per body invocation, so its state
-    starts as class attributes and only what changes is stored on the instance.
+    ``context`` (when there is one). One is made per body invocation (only once the
+    body waits, on the hot path), so its rarely changed state starts as class
+    attributes and only what changes is stored on the instance.
     """
 
     fired = False
     timed_out = False
     delivered = False  # a CancelledError we caused has reached the awaited code
-    external = False
+    external = False  # a cancellation of the task reached the body ...
+    certain = False  # ... and it cannot be one the body's own scopes take back
     waiting: asyncio.Future[Any] | None = None
     timer: asyncio.TimerHandle | None = None  # the tool's timeout, when it has one
     _followed: tuple[tuple[CancelSignal, int], ...] = ()
@@ -56,9 +58,18 @@ class Watch:
         self.context = context
         if context is not None:
             context._hand_over()  # this watch fires its body signal from now on
+        # The task's cancellation count as the watch starts: what a cancellation the
+        # body's own scopes ask for, and take back, is counted against.
+        task = self.task = asyncio.current_task()
+        self.baseline = task.cancelling() if task is not None else 0
 
     def follow(self, signal: CancelSignal) -> None:
         """Fire when ``signal`` fires (at once if it already has)."""
+        if signal.cancelled:
+            # Nobody's cancel() to raise from: a raising callback of the body signal is
+            # reported, and the body goes on to be interrupted.
+            _reporting(self.fire, signal.reason or "cancelled")
+            return
         key = signal._subscribe(lambda: self.fire(signal.reason or "cancelled"))
         self._followed = (*self._followed, (signal, key))
 
@@ -70,7 +81,8 @@ class Watch:
         if waiting is not None and not self.delivered and waiting.cancel():
             self.delivered = True  # the task wakes with CancelledError at the awaited point
         if self.context is not None:
-            # Last: the body's own signal callbacks run here, and one may raise.
+            # Last: the body's own signal callbacks run here, and one may raise (out of
+            # the cancel() that fired the followed signal, or to the loop for a timer).
             self.context._cancel_body(reason)
 
     def expire(self) -> None:
@@ -79,12 +91,30 @@ class Watch:
             self.timed_out = True
             self.fire("timeout")
 
-    def cancelled_from_outside(self) -> None:
-        """The task was cancelled while the body waited: fire its signal, before the body
-        sees the cancellation. (See ``stands`` for whether it really came from outside.)"""
+    def arrived(self) -> None:
+        """A ``CancelledError`` the task threw in at the body's wait: whose is it?
+
+        One that came with a new cancellation request of the task may be outside's or
+        the body's own scope's (``stands`` tells, once the body has settled); one that
+        came with none was requested before the watch began, unless this watch caused
+        it. Either way the body signal fires before the body sees it.
+        """
+        task = self.task
+        count = task.cancelling() if task is not None else 0
+        if count > self.baseline:
+            self.cancelled_from_outside(certain=False)
+        elif count and not self.delivered:
+            self.cancelled_from_outside()
+
+    def cancelled_from_outside(self, certain: bool = True) -> None:
+        """The task was cancelled while the body waited: fire the body signal, before the
+        body sees the cancellation. A raising callback of it is reported, never raised
+        here (the body still has to be interrupted and awaited)."""
         self.external = True
+        if certain:
+            self.certain = True
         if self.context is not None:
-            self.context._cancel_body("cancelled")
+            _reporting(self.context._cancel_body, "cancelled")
 
     def stands(self) -> bool:
         """Whether a cancellation of the task reached the body and still stands now the
@@ -94,13 +124,32 @@ class Watch:
         scope asked for is taken back by them (``Task.uncancel()``) before they hand the
         body its ``TimeoutError`` or exception group: the body's outcome is then its own.
         """
-        return self.external and _cancelling()
+        if not self.external:
+            return False
+        task = self.task
+        return self.certain or (task is not None and task.cancelling() > self.baseline)
 
     def stop(self) -> None:
         if self._followed:
             for signal, key in self._followed:
                 signal._unsubscribe(key)
             self._followed = ()
+
+
+def _reporting(fn: Callable[[str], None], reason: str) -> None:
+    """``fn(reason)``; an exception from it goes to the event loop's exception handler."""
+    try:
+        fn(reason)
+    except Exception as exc:
+        report_callback_error(exc)
+
+
+def report_callback_error(exc: Exception) -> None:
+    """Hand a body-signal callback's exception to the loop: nobody can receive it."""
+    asyncio.get_running_loop().call_exception_handler({
+        "message": "a callback on a tool's body signal raised",
+        "exception": exc,
+    })
 
 
 @types.coroutine
@@ -138,8 +187,8 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
             steps.close()
             raise
         except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError) and _cancelling():
-                watch.cancelled_from_outside()
+            if isinstance(exc, asyncio.CancelledError):
+                watch.arrived()
             error = exc
         finally:
             if watch.waiting is not None:
@@ -151,11 +200,6 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
             yielded = steps.send(value) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 async def wait_out(future: asyncio.Future[T], on_cancel: Callable[[], None]) -> T:
