@@ -290,3 +290,36 @@ async def test_a_body_waiting_after_a_thread_made_its_signal_is_awaited_before_e
                                             "ToolAbortedError")
     finally:
         gc.collect()
+
+
+async def test_a_cancelled_error_a_dispatch_lets_through_cancels_the_batch_as_a_failure(
+) -> None:
+    """scheduler.md "Failures of the scheduler itself": any exception the pipeline lets
+    through, other than the run task's own CancelledError, "cancels the in-flight calls
+    as a batch cancellation would (their body signals fire)" -- so an in-flight body sees
+    the batch's reason, not a cancellation of its task."""
+    registry = tr.ToolRegistry()
+    started = asyncio.Event()
+    reasons: list[str | None] = []
+
+    async def patient(arguments: Any, ctx: tr.RunContext) -> str:
+        started.set()
+        await asyncio.wait_for(ctx.signal.wait(), WAIT)
+        reasons.append(ctx.signal.reason)
+        return "stopped"
+
+    async def around(execution: tr.Execution, call_next: Callable[[], Any]) -> Any:
+        if execution.name == "breaks":
+            await asyncio.wait_for(started.wait(), WAIT)
+            raise asyncio.CancelledError  # a middleware's own doing: not the run task's
+        return await call_next()
+
+    registry.register(raw("patient", patient, concurrency_safe=True,
+                          cancellation="cooperative"))
+    registry.register(raw("breaks", patient, concurrency_safe=True))
+    registry.around_execute(around)
+    calls = [tr.ToolCall(call_id="0", name="patient"), tr.ToolCall(call_id="1", name="breaks")]
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(registry.run(calls), WAIT)
+    assert reasons == ["the scheduler failed"]

@@ -203,10 +203,11 @@ class _Driver:
         """The driver stopped on ``exc``: wait for what is in flight (the caller re-raises).
 
         A cancellation of the task running the batch cancels the dispatch tasks too;
-        any other exception is a failure of the scheduler: the batch is cancelled (the
-        bodies see their signal) and waited for.
+        any other exception is a failure of the scheduler (a ``CancelledError`` a
+        dispatch let through included): the batch is cancelled (the bodies see their
+        signal) and waited for.
         """
-        if isinstance(exc, asyncio.CancelledError):
+        if isinstance(exc, asyncio.CancelledError) and exc is not self.failure:
             await self._stop_in_flight(cancel_tasks=True)
         else:
             self.batch.cancel("the scheduler failed")
