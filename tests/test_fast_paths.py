@@ -373,3 +373,58 @@ async def test_a_body_signal_first_read_in_a_worker_thread_subscribes_nothing_fr
     assert result.error is not None
     assert result.error.code == "ABORTED"
     assert not controller.signal._callbacks
+
+
+async def test_a_pool_of_one_runs_each_call_in_the_task_running_the_batch() -> None:
+    registry = tr.ToolRegistry()
+    tasks: list[asyncio.Task[Any] | None] = []
+    order: list[str] = []
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        tasks.append(asyncio.current_task())
+        order.append(f"start {ctx.call_id}")
+        turn = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(turn.set_result, None)
+        await turn  # a real wait, one loop turn: nothing else may start meanwhile
+        order.append(f"end {ctx.call_id}")
+        return ctx.call_id
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body, concurrency_safe=True))
+    calls = [tr.ToolCall(call_id=str(i), name="t") for i in range(3)]
+
+    async def batch() -> tuple[tr.Batch, asyncio.Task[Any] | None]:
+        return await registry.run(calls, max_parallel=1), asyncio.current_task()
+
+    result, runner = await asyncio.wait_for(batch(), WAIT)
+    assert [r.value for r in result.results] == ["0", "1", "2"]
+    assert order == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+    assert tasks == [runner] * 3
+
+
+async def test_cancelling_a_pool_of_one_awaits_its_call_then_propagates() -> None:
+    registry = tr.ToolRegistry()
+    seen = observed(registry)
+    started, finished = asyncio.Event(), asyncio.Event()
+    reasons: list[str | None] = []
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            reasons.append(ctx.signal.reason)
+            finished.set()
+        return "never"
+
+    registry.register(tr.Tool(name="t", description="", parameters={"type": "object"},
+                              execute=body, concurrency_safe=True))
+    calls = [tr.ToolCall(call_id=str(i), name="t") for i in range(3)]
+    task = asyncio.ensure_future(registry.run(calls, max_parallel=1))
+    await asyncio.wait_for(started.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAIT)
+    assert finished.is_set()
+    assert reasons == ["cancelled"]
+    assert seen == []

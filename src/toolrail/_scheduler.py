@@ -254,9 +254,11 @@ class _Driver:
                         raise self.failure
                 if state.phase != READY:
                     slot.settled = True  # denied, failed or never started: no pool slot
-                elif self.dispatching == 0 and (not self.parallel or self.started == total):
-                    # Alone by construction (an exclusive call, or the last call with
-                    # nothing in flight): no task is needed to overlap it with anything.
+                elif self.dispatching == 0 and (not self.parallel or self.started == total
+                                                or self.max_parallel == 1):
+                    # Alone by construction (an exclusive call, the last call with
+                    # nothing in flight, or a pool of one): no task is needed to overlap
+                    # it with anything.
                     resolve(self.registry, state)
                     try:
                         await run_dispatch(self.registry, state)
