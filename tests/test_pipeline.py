@@ -180,6 +180,20 @@ def recording_body(log: Recorder, value: Any = "ok") -> Body:
     return body
 
 
+def nesting(log: Recorder, label: str) -> Callable[..., Awaitable[Any]]:
+    """Middleware for any stage that logs ``label>``, calls ``call_next`` (its last
+    argument) and logs ``label<`` before handing the outcome back."""
+
+    async def middleware(*arguments: Any) -> Any:
+        call_next = arguments[-1]
+        log(label + ">")
+        outcome = await call_next()
+        log(label + "<")
+        return outcome
+
+    return middleware
+
+
 # ---- stage 1: read the call ---------------------------------------------------------
 
 
@@ -488,19 +502,10 @@ async def test_the_innermost_pre_execute_decision_is_allow(registry: tr.ToolRegi
 async def test_pre_execute_chain_runs_outermost_first_in_registration_order(
     registry: tr.ToolRegistry, log: Recorder
 ) -> None:
-    def wrapper(label: str) -> Callable[[tr.Execution, PreNext], Awaitable[tr.PreDecision]]:
-        async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-            log(label + ">")
-            decision = await call_next()
-            log(label + "<")
-            return decision
-
-        return pre
-
     registry.register(make_tool(execute=recording_body(log)))
-    registry.pre_execute(wrapper("a"))
-    registry.pre_execute(wrapper("b"))
-    registry.pre_execute(wrapper("c"))
+    registry.pre_execute(nesting(log, "a"))
+    registry.pre_execute(nesting(log, "b"))
+    registry.pre_execute(nesting(log, "c"))
     await registry.execute(make_call())
 
     assert log.events == ["a>", "b>", "c>", "c<", "b<", "a<", "body"]
@@ -1320,19 +1325,10 @@ async def test_a_denial_skips_dispatch_and_post_execute_sees_the_denial_result(
 async def test_around_execute_wraps_the_body_outermost_first(
     registry: tr.ToolRegistry, log: Recorder
 ) -> None:
-    def wrapper(label: str) -> Callable[[tr.Execution, AroundNext], Awaitable[tr.ToolResult]]:
-        async def around(execution: tr.Execution, call_next: AroundNext) -> tr.ToolResult:
-            log(label + ">")
-            result = await call_next()
-            log(label + "<")
-            return result
-
-        return around
-
     registry.register(make_tool(execute=recording_body(log)))
-    registry.around_execute(wrapper("a"))
-    registry.around_execute(wrapper("b"))
-    registry.around_execute(wrapper("first"), prepend=True)
+    registry.around_execute(nesting(log, "a"))
+    registry.around_execute(nesting(log, "b"))
+    registry.around_execute(nesting(log, "first"), prepend=True)
 
     result = await registry.execute(make_call())
 
@@ -2380,21 +2376,10 @@ async def test_the_innermost_post_execute_decision_is_accept_and_keeps_the_resul
 async def test_post_execute_chain_runs_outermost_first_with_prepend_first(
     registry: tr.ToolRegistry, log: Recorder
 ) -> None:
-    def wrapper(label: str) -> Callable[..., Awaitable[tr.PostDecision]]:
-        async def post(
-            execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
-        ) -> tr.PostDecision:
-            log(label + ">")
-            decision = await call_next()
-            log(label + "<")
-            return decision
-
-        return post
-
     registry.register(make_tool())
-    registry.post_execute(wrapper("a"))
-    registry.post_execute(wrapper("b"))
-    registry.post_execute(wrapper("first"), prepend=True)
+    registry.post_execute(nesting(log, "a"))
+    registry.post_execute(nesting(log, "b"))
+    registry.post_execute(nesting(log, "first"), prepend=True)
     await registry.execute(make_call())
 
     assert log.events == ["first>", "a>", "b>", "b<", "a<", "first<"]
