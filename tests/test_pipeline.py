@@ -172,6 +172,17 @@ def install_every_stage(registry: tr.ToolRegistry, log: Recorder) -> None:
     registry.on_result(observer)
 
 
+def deferring(*texts: str) -> Body:
+    """A body that defers a context for each of ``texts``, in order, and returns "ok"."""
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        for text in texts:
+            ctx.defer_context(text)
+        return "ok"
+
+    return body
+
+
 def recording_body(log: Recorder, value: Any = "ok") -> Body:
     async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> Any:
         log("body")
@@ -1464,15 +1475,11 @@ async def test_an_invalid_around_execute_return_whose_repr_fails_is_named_by_its
 async def test_a_raising_around_execute_middleware_is_a_final_error_that_skips_post_execute(
     registry: tr.ToolRegistry, log: Recorder
 ) -> None:
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("from the body")
-        return "ok"
-
     async def around(execution: tr.Execution, call_next: AroundNext) -> tr.ToolResult:
         await call_next()
         raise tr.ToolError("wrapper failed", code="WRAPPER")
 
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("from the body")))
     install_every_stage(registry, log)
     registry.around_execute(around)
 
@@ -2129,11 +2136,7 @@ async def test_deferred_contexts_are_kept_when_the_body_raises(
 async def test_deferred_contexts_are_dropped_when_post_execute_blocks(
     registry: tr.ToolRegistry,
 ) -> None:
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("deferred")
-        return "ok"
-
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("deferred")))
     registry.post_execute(
         lambda execution, result, call_next: tr.Block("no", contexts=[context("why", "policy")])
     )
@@ -2145,11 +2148,6 @@ async def test_deferred_contexts_are_dropped_when_post_execute_blocks(
 async def test_deferred_contexts_go_in_front_of_the_dispatch_results_own_contexts(
     registry: tr.ToolRegistry,
 ) -> None:
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("first")
-        ctx.defer_context("second")
-        return "ok"
-
     async def around(execution: tr.Execution, call_next: AroundNext) -> tr.ToolResult:
         result = await call_next()
         assert result.contexts == ()  # stage 9 comes after the around chain
@@ -2157,7 +2155,7 @@ async def test_deferred_contexts_go_in_front_of_the_dispatch_results_own_context
             content=result.content, value=result.value, contexts=(context("from wrapper", "w"),)
         )
 
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("first", "second")))
     registry.around_execute(around)
     registry.post_execute(lambda execution, result, call_next: tr.Accept(contexts=[context("p")]))
     result = await registry.execute(make_call())
@@ -2170,11 +2168,7 @@ async def test_deferred_contexts_go_in_front_of_the_dispatch_results_own_context
 async def test_post_execute_sees_the_deferred_contexts(registry: tr.ToolRegistry) -> None:
     seen: list[tuple[tr.ContextMessage, ...]] = []
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("note")
-        return "ok"
-
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("note")))
     registry.post_execute(
         lambda execution, result, call_next: appended(seen, result.contexts, tr.Accept())
     )
@@ -2565,11 +2559,7 @@ async def test_accept_with_both_value_and_content_is_a_final_error(
 async def test_accept_contexts_are_appended_after_the_existing_contexts(
     registry: tr.ToolRegistry,
 ) -> None:
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("deferred")
-        return "ok"
-
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("deferred")))
     registry.post_execute(
         lambda execution, result, call_next: tr.Accept(contexts=[context("outer")])
     )
@@ -2656,11 +2646,7 @@ async def test_block_applies_to_a_denial_too(registry: tr.ToolRegistry) -> None:
 async def test_an_invalid_post_execute_return_is_a_final_error(
     registry: tr.ToolRegistry, log: Recorder, value: Any
 ) -> None:
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("dropped")
-        return "ok"
-
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("dropped")))
     registry.post_execute(lambda execution, result, call_next: value)
     registry.on_result(lambda execution, result: log("observer"))
     result = await registry.execute(make_call())
@@ -2684,14 +2670,10 @@ async def test_an_invalid_post_execute_return_whose_repr_fails_is_named_by_its_t
 async def test_a_raising_post_execute_middleware_is_a_final_error_with_its_message(
     registry: tr.ToolRegistry,
 ) -> None:
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        ctx.defer_context("dropped")
-        return "ok"
-
     async def post(execution: tr.Execution, result: tr.ToolResult, call_next: PostNext) -> Any:
         raise tr.ToolError("audit log unavailable", code="AUDIT")
 
-    registry.register(make_tool(execute=body))
+    registry.register(make_tool(execute=deferring("dropped")))
     registry.post_execute(post)
     result = await registry.execute(make_call())
 
