@@ -22,10 +22,9 @@ from typing import Any, TypeVar, cast, overload
 import pytest
 
 import toolrail as tr
+from helpers import PostNext, PreNext, until, within
 
-PreNext = Callable[[], Awaitable[tr.PreDecision]]
 AroundNext = Callable[[], Awaitable[tr.ToolResult]]
-PostNext = Callable[[], Awaitable[tr.PostDecision]]
 Body = Callable[[tr.JsonValue, tr.RunContext], Any]
 T = TypeVar("T")
 
@@ -829,6 +828,18 @@ def approver_of(
     return approve
 
 
+def asking_registry(
+    approver: Callable[[tr.ApprovalRequest], Any], log: Recorder, reason: str | None = None
+) -> tr.ToolRegistry:
+    """A registry with ``approver``: a recording tool, every stage recording, and a pre-execute
+    middleware that asks for approval with ``reason``."""
+    registry = tr.ToolRegistry(approver=approver)
+    registry.register(make_tool(execute=recording_body(log)))
+    install_every_stage(registry, log)
+    registry.pre_execute(asking(reason))
+    return registry
+
+
 APPROVER_KINDS = ["sync", "async"]
 
 
@@ -864,10 +875,7 @@ async def test_an_approver_that_allows_once_lets_the_call_run(
 async def test_an_approver_that_does_not_allow_denies_the_call(
     log: Recorder, outcome: Any, message: str, kind: str
 ) -> None:
-    registry = tr.ToolRegistry(approver=approver_of(outcome, kind))
-    registry.register(make_tool(execute=recording_body(log)))
-    install_every_stage(registry, log)
-    registry.pre_execute(asking("confirm"))
+    registry = asking_registry(approver_of(outcome, kind), log, "confirm")
 
     result = await registry.execute(make_call())
 
@@ -880,10 +888,7 @@ async def test_an_approver_that_does_not_allow_denies_the_call(
 async def test_an_approver_returning_an_invalid_outcome_is_a_final_error(
     log: Recorder, outcome: Any, kind: str
 ) -> None:
-    registry = tr.ToolRegistry(approver=approver_of(outcome, kind))
-    registry.register(make_tool(execute=recording_body(log)))
-    install_every_stage(registry, log)
-    registry.pre_execute(asking())
+    registry = asking_registry(approver_of(outcome, kind), log)
 
     result = await registry.execute(make_call())
 
@@ -913,10 +918,7 @@ async def test_an_invalid_approver_outcome_whose_repr_fails_is_named_by_its_type
 async def test_a_raising_approver_is_a_final_error_with_its_message(
     log: Recorder, exc: Exception, message: str, code: str | None, type_name: str, kind: str
 ) -> None:
-    registry = tr.ToolRegistry(approver=approver_of(exc, kind))
-    registry.register(make_tool(execute=recording_body(log)))
-    install_every_stage(registry, log)
-    registry.pre_execute(asking())
+    registry = asking_registry(approver_of(exc, kind), log)
 
     result = await registry.execute(make_call())
 
@@ -1047,9 +1049,9 @@ async def test_a_signal_firing_while_the_approver_is_pending_cancels_it_and_abor
     registry.on_result(lambda execution, result: log("observer"))
 
     task = asyncio.create_task(registry.execute(make_call(signal=controller.signal)))
-    await asyncio.wait_for(asked.wait(), 5)
+    await until(asked)
     controller.cancel()
-    result = await asyncio.wait_for(task, 5)
+    result = await within(task)
 
     assert_final_error(
         result, "tool call aborted before dispatch", "ABORTED_BEFORE_DISPATCH", "ToolAbortedError"
@@ -1076,10 +1078,10 @@ async def test_cancelling_the_task_while_the_approver_is_pending_cancels_and_awa
     registry.on_result(lambda execution, result: log("observer"))
 
     task = asyncio.create_task(registry.execute(make_call()))
-    await asyncio.wait_for(asked.wait(), 5)
+    await until(asked)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 5)
+        await within(task)
 
     assert log.events == ["approver finished"]
 
