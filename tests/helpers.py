@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import pytest
+
 import toolrail as tr
 
 T = TypeVar("T")
@@ -79,6 +81,33 @@ def observe(registry: tr.ToolRegistry) -> list[tuple[tr.Execution, tr.ToolResult
     seen: list[tuple[tr.Execution, tr.ToolResult]] = []
     registry.on_result(lambda execution, result: seen.append((execution, result)))
     return seen
+
+
+def results_seen(registry: tr.ToolRegistry) -> list[tr.ToolResult]:
+    """Every result ``registry``'s observers are told about, in order."""
+    seen: list[tr.ToolResult] = []
+    registry.on_result(lambda _execution, result: seen.append(result))
+    return seen
+
+
+async def settled(awaitable: Awaitable[T], seconds: float = 5) -> T:
+    """Await a call that nothing cancels: a ``CancelledError`` out of it is a failure."""
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except asyncio.CancelledError:
+        pytest.fail("the call raised CancelledError although nothing cancelled the task "
+                    "running it")
+
+
+async def own_timeout() -> str:
+    """What a tool (or an approver) does to bound a wait: asyncio's own ``timeout``
+    (``timeout(0)`` expires at the loop's next turn)."""
+    try:
+        async with asyncio.timeout(0):
+            await asyncio.Event().wait()
+    except TimeoutError:
+        return "fallback"
+    return "never"
 
 
 class Changes:

@@ -10,45 +10,24 @@ body's own. Found by a review against the spec; each test names the rule it pins
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 
 import toolrail as tr
+from helpers import own_timeout, raw_tool, results_seen, settled
 
 WAIT = 5
 T = TypeVar("T")
 
 
-def raw(name: str, body: Callable[..., Any], **options: Any) -> tr.Tool:
-    return tr.Tool(name=name, description="", parameters={"type": "object"}, execute=body,
-                   **options)
 
 
-def observed(registry: tr.ToolRegistry) -> list[tr.ToolResult]:
-    seen: list[tr.ToolResult] = []
-    registry.on_result(lambda _execution, result: seen.append(result))
-    return seen
 
 
-async def settled(awaitable: Awaitable[T]) -> T:
-    """Await a call that nothing cancels: a ``CancelledError`` out of it is a failure."""
-    try:
-        return await asyncio.wait_for(awaitable, WAIT)
-    except asyncio.CancelledError:
-        pytest.fail("the call raised CancelledError although nothing cancelled the task "
-                    "running it")
 
 
-async def wait_forever_with_own_timeout() -> str:
-    """What a tool (or an approver) does to bound a wait: asyncio's own ``timeout``."""
-    try:
-        async with asyncio.timeout(0):  # expires at the loop's next turn
-            await asyncio.Event().wait()
-    except TimeoutError:
-        return "fallback"
-    return "never"
 
 
 # ---- a cancellation the body (or the approver) caused and handled itself ----------------
@@ -61,12 +40,12 @@ async def test_a_body_bounding_a_wait_with_asyncio_timeout_gets_its_own_result()
     ``TimeoutError`` returned a value: that is its result, although the ``CancelledError``
     that ``asyncio.timeout`` delivers passed through the task like one from outside."""
     registry = tr.ToolRegistry()
-    seen = observed(registry)
+    seen = results_seen(registry)
 
     async def bounded(arguments: Any, ctx: tr.RunContext) -> str:
-        return await wait_forever_with_own_timeout()
+        return await own_timeout()
 
-    registry.register(raw("bounded", bounded))
+    registry.register(raw_tool("bounded", bounded))
     result = await settled(registry.execute(tr.ToolCall(call_id="1", name="bounded")))
 
     assert result.error is None
@@ -80,7 +59,7 @@ async def test_a_typed_body_bounding_a_wait_with_asyncio_timeout_gets_its_own_re
 
     @registry.tool
     async def bounded(path: str) -> str:
-        return path + ":" + await wait_forever_with_own_timeout()
+        return path + ":" + await own_timeout()
 
     result = await settled(registry.execute(
         tr.ToolCall(call_id="1", name="bounded", arguments={"path": "p"})))
@@ -95,7 +74,7 @@ async def test_a_body_whose_task_group_child_fails_is_that_failure() -> None:
     task it runs in to stop its block, then raises ``ExceptionGroup``; nobody cancelled the
     task running execute, so the result is that failure, not a ``CancelledError``."""
     registry = tr.ToolRegistry()
-    seen = observed(registry)
+    seen = results_seen(registry)
 
     async def fan_out(arguments: Any, ctx: tr.RunContext) -> str:
         async def child() -> None:
@@ -106,7 +85,7 @@ async def test_a_body_whose_task_group_child_fails_is_that_failure() -> None:
             await asyncio.Event().wait()
         return "never"
 
-    registry.register(raw("fan_out", fan_out))
+    registry.register(raw_tool("fan_out", fan_out))
     result = await settled(registry.execute(tr.ToolCall(call_id="1", name="fan_out")))
 
     assert result.error == tr.ErrorInfo(
@@ -129,7 +108,7 @@ async def test_a_body_awaiting_a_future_someone_else_cancels_is_a_cancelled_erro
         waiting.set()
         return await shared
 
-    registry.register(raw("t", awaits_shared))
+    registry.register(raw_tool("t", awaits_shared))
     task = asyncio.ensure_future(registry.execute(tr.ToolCall(call_id="1", name="t")))
     await asyncio.wait_for(waiting.wait(), WAIT)
     shared.cancel()  # someone else gives up on the shared work
@@ -147,7 +126,7 @@ async def test_an_approver_bounding_its_wait_with_asyncio_timeout_gets_its_answe
     ``unavailable`` must get that denial, not a ``CancelledError`` out of execute."""
 
     async def approver(request: tr.ApprovalRequest) -> str:
-        answer = await wait_forever_with_own_timeout()
+        answer = await own_timeout()
         return "unavailable" if answer == "fallback" else "allowed-once"
 
     registry = tr.ToolRegistry(approver=approver)
@@ -156,7 +135,7 @@ async def test_an_approver_bounding_its_wait_with_asyncio_timeout_gets_its_answe
     async def body(arguments: Any, ctx: tr.RunContext) -> str:
         return "ran"
 
-    registry.register(raw("t", body))
+    registry.register(raw_tool("t", body))
     result = await settled(registry.execute(tr.ToolCall(call_id="1", name="t")))
 
     message = 'tool "t" requires approval, but no approval channel is available'
@@ -173,9 +152,9 @@ async def test_run_with_bodies_bounding_waits_with_asyncio_timeout_returns_every
     registry = tr.ToolRegistry()
 
     async def bounded(arguments: Any, ctx: tr.RunContext) -> str:
-        return await wait_forever_with_own_timeout()
+        return await own_timeout()
 
-    registry.register(raw("t", bounded, concurrency_safe=True))
+    registry.register(raw_tool("t", bounded, concurrency_safe=True))
     batch = await settled(registry.run(
         [tr.ToolCall(call_id=str(i), name="t") for i in range(3)], max_parallel=3))
 
@@ -208,7 +187,7 @@ async def test_the_body_signal_fires_when_the_callers_fires_during_a_body_that_n
         controller.cancel("user pressed stop")
         return "stopping"
 
-    registry.register(raw("stop_turn", stop_turn))
+    registry.register(raw_tool("stop_turn", stop_turn))
     result = await settled(registry.execute(
         tr.ToolCall(call_id="1", name="stop_turn", signal=controller.signal)))
     assert result.error is not None
@@ -239,7 +218,7 @@ async def test_the_body_signal_fires_when_an_installed_signal_fires_during_a_bod
         installed.cancel("deadline")
         return "done"
 
-    registry.register(raw("t", body))
+    registry.register(raw_tool("t", body))
     result = await settled(registry.execute(tr.ToolCall(call_id="1", name="t")))
     assert result.error is not None
     assert result.error.code == "ABORTED"
@@ -252,7 +231,7 @@ async def test_a_real_cancellation_during_a_bodys_own_timeout_still_propagates()
     inside its own ``asyncio.timeout`` is still that task's cancellation: the body's
     timeout leaves it standing, and ``CancelledError`` propagates."""
     registry = tr.ToolRegistry()
-    seen = observed(registry)
+    seen = results_seen(registry)
     started = asyncio.Event()
 
     async def bounded(arguments: Any, ctx: tr.RunContext) -> str:
@@ -264,7 +243,7 @@ async def test_a_real_cancellation_during_a_bodys_own_timeout_still_propagates()
             return "fallback"
         return "never"
 
-    registry.register(raw("bounded", bounded))
+    registry.register(raw_tool("bounded", bounded))
     task = asyncio.ensure_future(registry.execute(tr.ToolCall(call_id="1", name="bounded")))
     await asyncio.wait_for(started.wait(), WAIT)
     task.cancel()
