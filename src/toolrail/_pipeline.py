@@ -52,7 +52,6 @@ __all__ = [
     "commit_now",
     "decide",
     "decide_now",
-    "dispatched",
     "execute",
     "resolve",
     "run_dispatch",
@@ -90,7 +89,7 @@ async def execute(
             if not chains.quiet and chains.for_call(AROUND, scope):
                 await run_dispatch(registry, state)
             else:
-                dispatched(state, await core(state, state.entry))
+                _dispatched(state, await core(state, state.entry))
     if (state.phase == DISPATCHED or state.phase == DENIED) and not chains.quiet and (
             chains.for_call(POST, scope)):
         await post_execute(registry, state)
@@ -298,9 +297,10 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
     """Stages 8-9 after ``resolve``: around-execute middleware around the body."""
     execution = state.execution
     entry = state.entry
-    chain = registry._chains.for_call(AROUND, execution._scope)
+    chains = registry._chains
+    chain = () if chains.quiet else chains.for_call(AROUND, execution._scope)
     if not chain:
-        dispatched(state, await core(state, entry))
+        _dispatched(state, await core(state, entry))
         return
     state.trusted = False
     execution._signal_writable = True
@@ -312,10 +312,10 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
     finally:
         execution._signal_writable = False
         execution._signal = state.caller
-    dispatched(state, result)
+    _dispatched(state, result)
 
 
-def dispatched(state: CallState, result: ToolResult) -> None:
+def _dispatched(state: CallState, result: ToolResult) -> None:
     """Stage 9, and whether the call ended before its body could start."""
     try:
         if state.deferred is not None:

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._body import core
 from ._cancel import CancelController, CancelSignal, link
-from ._chains import AROUND
 from ._commit import finish, post_execute
-from ._pipeline import begin, commit_now, decide, decide_now, dispatched, resolve, run_dispatch
+from ._pipeline import begin, commit_now, decide, decide_now, resolve, run_dispatch
 from ._results import ContextMessage, ToolResult
 from ._state import READY, CallState
 from ._tool import ExecutionMode, ToolCall
@@ -306,13 +304,8 @@ class _Driver:
         slot.task = asyncio.get_running_loop().create_task(self._dispatch(slot))
 
     async def _dispatch(self, slot: _Slot) -> None:
-        state = slot.state
         try:
-            chains = self.registry._chains
-            if not chains.quiet and chains.for_call(AROUND, state.execution._scope):
-                await run_dispatch(self.registry, state)
-            else:
-                dispatched(state, await core(state, state.entry))
+            await run_dispatch(self.registry, slot.state)
         except BaseException as exc:
             # Anything but the cancellation the driver itself asked for is a failure of
             # the scheduler (a CancelledError a middleware raised on its own included).
