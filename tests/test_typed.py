@@ -1538,3 +1538,21 @@ async def test_finalize_content_of_a_typed_tool_changes_the_content() -> None:
 
     assert result.content == (tr.TextContent("final 3"),)
     assert result.value == 3
+
+
+Counted = Annotated[int, {"unit": "items"}]  # unhashable metadata: the annotation is too
+
+
+async def test_a_parameter_whose_annotation_is_unhashable_is_still_a_tool_parameter() -> None:
+    def count(n: Counted) -> Counted:
+        return n
+
+    tool = tr.tool(count)
+    result = await run(tool, {"n": "3"})
+
+    assert schema_of(tool) == {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+        "additionalProperties": False,
+    }
+    assert output_schema_of(tool) == {"type": "integer"}
+    assert result.value == 3

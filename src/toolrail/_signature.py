@@ -17,7 +17,7 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.json_schema import GenerateJsonSchema
@@ -33,6 +33,7 @@ from ._schemas import CONTAINERS, MODELS, has_schema, tidy, violation
 __all__ = ["Extra", "Signature"]
 
 Extra = Literal["forbid", "ignore"]
+_T = TypeVar("_T")
 _CONTENT_TYPES = (ToolOutput, TextContent, ImageContent)
 
 
@@ -256,6 +257,15 @@ def _is_content_list(value: Any) -> bool:
             and all(isinstance(b, TextContent | ImageContent) for b in value))
 
 
+def _memoized(cached: Callable[[Any], _T], annotation: Any) -> _T:
+    """``cached(annotation)``; an unhashable annotation is computed afresh, not memoized."""
+    try:
+        hash(annotation)
+    except TypeError:
+        return cached.__wrapped__(annotation)  # type: ignore[attr-defined,no-any-return]
+    return cached(annotation)
+
+
 @functools.lru_cache(maxsize=4096)
 def _cached_adapter(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
@@ -263,10 +273,7 @@ def _cached_adapter(annotation: Any) -> TypeAdapter[Any]:
 
 def _adapter(annotation: Any, label: str, what: str) -> TypeAdapter[Any]:
     try:
-        try:
-            return _cached_adapter(annotation)
-        except TypeError:  # unhashable annotation: not memoized
-            return TypeAdapter(annotation)
+        return _memoized(_cached_adapter, annotation)
     except Exception as exc:
         raise TypeError(f"{label}: {what} {annotation!r} has no JSON representation: "
                         f"{exc}") from exc
@@ -281,7 +288,7 @@ def _field(annotation: Any, default: Any, label: str, name: str) -> cs.TypedDict
 
 @functools.lru_cache(maxsize=4096)
 def _cached_parameter_schema(annotation: Any) -> tuple[str, str]:
-    field = cs.typed_dict_field(_cached_adapter(annotation).core_schema)
+    field = cs.typed_dict_field(_memoized(_cached_adapter, annotation).core_schema)
     wrapper = cs.typed_dict_schema({"x": field})
     schema = GenerateJsonSchema().generate(wrapper, mode="validation")
     return json.dumps(schema["properties"]["x"]), json.dumps(schema.get("$defs", {}))
@@ -291,10 +298,7 @@ def _parameter_schema(annotation: Any, label: str,
                       name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The JSON Schema of one parameter's type, and the ``$defs`` it refers to."""
     try:
-        try:
-            fragment, defs = _cached_parameter_schema(annotation)
-        except TypeError:
-            fragment, defs = _cached_parameter_schema.__wrapped__(annotation)
+        fragment, defs = _memoized(_cached_parameter_schema, annotation)
     except Exception as exc:
         raise TypeError(f"{label}: parameter {name!r}: {annotation!r} has no JSON "
                         f"representation: {exc}") from exc
@@ -304,7 +308,7 @@ def _parameter_schema(annotation: Any, label: str,
 
 @functools.lru_cache(maxsize=4096)
 def _cached_output_schema(annotation: Any) -> FrozenDict:
-    schema = TypeAdapter(annotation).json_schema(mode="serialization")
+    schema = _memoized(_cached_adapter, annotation).json_schema(mode="serialization")
     frozen = snapshot_json(tidy(schema, forbid=False))
     assert isinstance(frozen, FrozenDict)
     return frozen  # frozen: safe to share between tools
@@ -312,10 +316,7 @@ def _cached_output_schema(annotation: Any) -> FrozenDict:
 
 def _output_schema(annotation: Any, label: str) -> FrozenDict:
     try:
-        try:
-            return _cached_output_schema(annotation)
-        except TypeError:  # unhashable annotation: not memoized
-            return _cached_output_schema.__wrapped__(annotation)
+        return _memoized(_cached_output_schema, annotation)
     except Exception as exc:
         raise TypeError(f"{label}: the return annotation {annotation!r} has no JSON "
                         f"representation: {exc}") from exc
