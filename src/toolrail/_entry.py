@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ._json import JsonValue, snapshot_json, thaw
 from ._tool import Tool, ToolSchema
 
-__all__ = ["CheckedBody", "Entry", "OutputCheck", "path_of"]
+__all__ = ["CheckedBody", "Entry", "OutputCheck", "is_async", "path_of"]
 
 OutputCheck = Callable[[JsonValue], list[str]]
 BodyKind = Literal["async", "inline", "thread"]
@@ -38,7 +38,6 @@ class CheckedBody:
     output_schema: Any = None
     context_free = False  # the function never sees its RunContext
 
-
     def start(self, arguments: Any, context: Any) -> Any:
         raise NotImplementedError
 
@@ -58,7 +57,6 @@ class Entry:
         self.schema = schema
         self.check_output = check_output
         self.kind = kind
-        # An async interrupt body without a timeout can be awaited with nothing watching.
         # An async interrupt body is awaited in the calling task, interruptibly.
         self.interrupts = tool.cancellation == "interrupt" and kind != "thread"
         self.fast = kind == "async" and self.interrupts
@@ -117,9 +115,13 @@ def _valid_timeout(timeout: Any) -> bool:
         return False
 
 
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` (a function, or an object with an async ``__call__``) is async."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
 def _body_kind(tool: Tool) -> BodyKind:
-    fn = tool.execute
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+    if is_async(tool.execute):
         return "async"
     return "inline" if tool.inline else "thread"
 

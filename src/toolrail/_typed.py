@@ -16,7 +16,7 @@ from typing import Any, Literal, overload
 from pydantic import ValidationError
 
 from ._docstrings import parse_docstring
-from ._entry import CheckedBody
+from ._entry import CheckedBody, is_async
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, thaw
 from ._results import ToolResult
@@ -78,7 +78,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
         if present_result is not None and "result" in spec.fields:
             raise TypeError(f"{spec.label}: a tool with a parameter named 'result' cannot have "
                             "present_result (it receives the result as keyword 'result')")
-        body = (_AsyncBody if _is_async(func) else _SyncBody)(func, spec)
+        body = (_AsyncBody if is_async(func) else _SyncBody)(func, spec)
         doc = parse_docstring(getattr(func, "__doc__", None))
         return Tool(
             name=name if name is not None else func.__name__,
@@ -100,10 +100,6 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
         )
 
     return build if fn is None else build(fn)
-
-
-def _is_async(func: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
 
 
 class TypedBody(CheckedBody):
