@@ -334,19 +334,27 @@ async def test_cancelling_in_around_execute_before_call_next_aborts_before_dispa
 # ---- an interrupt body ----------------------------------------------------------------
 
 
-async def test_an_interrupt_body_cancelled_mid_await_is_aborted() -> None:
-    started = asyncio.Event()
-    body_saw: list[str] = []
-    controller = tr.CancelController()
+def interruptible(started: asyncio.Event, saw: list[str]) -> Callable[..., Any]:
+    """A body that opens ``started``, waits forever, and notes the ``CancelledError``."""
 
     async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
         started.set()
         try:
             await wait_forever()
         except asyncio.CancelledError:
-            body_saw.append("CancelledError")
+            saw.append("CancelledError")
             raise
         return "finished anyway"
+
+    return body
+
+
+async def test_an_interrupt_body_cancelled_mid_await_is_aborted() -> None:
+    started = asyncio.Event()
+    body_saw: list[str] = []
+    controller = tr.CancelController()
+
+    body = interruptible(started, body_saw)
 
     registry = registry_for(body)
     stages = Recorder(registry)
@@ -764,14 +772,7 @@ async def test_firing_a_signal_installed_by_around_execute_interrupts_the_body()
     installed: list[tr.CancelController] = []
     caller = tr.CancelController()
 
-    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        started.set()
-        try:
-            await wait_forever()
-        except asyncio.CancelledError:
-            body_saw.append("CancelledError")
-            raise
-        return "finished anyway"
+    body = interruptible(started, body_saw)
 
     async def deadline(execution: tr.Execution, call_next: CallNext) -> tr.ToolResult:
         own = tr.CancelController()
