@@ -343,11 +343,8 @@ async def test_exclusive_call_waits_for_earlier_calls_to_commit_and_later_calls_
     assert lab.commits() == ["c0", "c1", "c2", "c3"]
 
 
-async def test_consecutive_exclusive_calls_run_one_after_another() -> None:
-    lab = Lab()
-    lab.add("solo", safe=False)
-    task = asyncio.create_task(lab.registry.run([call(i, "solo") for i in range(3)]))
-
+async def assert_one_after_another(lab: Lab, task: asyncio.Task[tr.Batch]) -> None:
+    """Three gated calls c0-c2 start, end and commit strictly one after another."""
     for i in range(3):
         await lab.wait_started(f"c{i}")
         assert lab.starts() == [f"c{j}" for j in range(i + 1)]
@@ -360,6 +357,13 @@ async def test_consecutive_exclusive_calls_run_one_after_another() -> None:
         "start c1", "end c1", "commit c1",
         "start c2", "end c2", "commit c2",
     ]  # fmt: skip
+
+
+async def test_consecutive_exclusive_calls_run_one_after_another() -> None:
+    lab = Lab()
+    lab.add("solo", safe=False)
+    await assert_one_after_another(
+        lab, asyncio.create_task(lab.registry.run([call(i, "solo") for i in range(3)])))
 
 
 async def test_a_tool_body_that_registers_a_tool_changes_how_later_calls_run() -> None:
@@ -627,20 +631,8 @@ async def test_max_parallel_defaults_to_ten() -> None:
 async def test_max_parallel_one_is_fully_serial() -> None:
     lab = Lab()
     lab.add()
-    task = asyncio.create_task(lab.registry.run([call(i) for i in range(3)], max_parallel=1))
-
-    for i in range(3):
-        await lab.wait_started(f"c{i}")
-        assert lab.starts() == [f"c{j}" for j in range(i + 1)]
-        lab.release(f"c{i}")
-    await within(task)
-
-    assert lab.peak == 1
-    assert lab.log == [
-        "start c0", "end c0", "commit c0",
-        "start c1", "end c1", "commit c1",
-        "start c2", "end c2", "commit c2",
-    ]  # fmt: skip
+    await assert_one_after_another(
+        lab, asyncio.create_task(lab.registry.run([call(i) for i in range(3)], max_parallel=1)))
 
 
 async def test_reverse_settlement_still_commits_in_model_order() -> None:
