@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolrail._cli import main
+from toolrail._cli import load_target, main
 
 TARGET_SOURCE = '''
 import toolrail as tr
@@ -90,6 +90,25 @@ def test_list_in_mcp_format_uses_input_schema(target: str) -> None:
     tools = json.loads(done.stdout)
     assert tools[0]["name"] == "add"
     assert tools[0]["inputSchema"]["required"] == ["a", "b"]
+
+
+async def test_list_in_mcp_format_prints_what_the_server_lists(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mcp
+
+    import toolrail.mcp
+
+    done = _toolrail("list", target, "--scope", "agent", "--format", "mcp")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_target puts the file's folder first
+    app = toolrail.mcp.server(load_target(target), scope="agent")
+    async with mcp.Client(app, cache=None) as client:
+        listing = await client.list_tools()
+
+    served = [tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+              for tool in listing.tools]
+    assert (done.returncode, json.loads(done.stdout)) == (0, served)
+    assert served[0]["outputSchema"]["properties"] == {"result": {"type": "integer"}}
 
 
 def test_call_prints_the_result_and_exits_0(target: str) -> None:

@@ -160,16 +160,10 @@ def _formatted(registry: ToolRegistry, schemas: list[ToolSchema], scope: Hashabl
                form: str) -> Any:
     if form == "json":
         return [schema.to_dict() for schema in schemas]
-    if form == "mcp":
-        out = []
-        for schema in schemas:
-            tool = registry.get(schema.name, scope)
-            entry: dict[str, Any] = {"name": schema.name, "description": schema.description,
-                                     "inputSchema": schema.to_dict()["parameters"]}
-            if tool is not None and tool.annotations:
-                entry["annotations"] = dict(tool.annotations)
-            out.append(entry)
-        return out
+    if form == "mcp":  # exactly the tools/list entries ``serve`` sends
+        wire_tool = _mcp_extra("--format mcp", "toolrail.mcp._wire").wire_tool
+        tools = [(schema, registry.get(schema.name, scope)) for schema in schemas]
+        return [wire_tool(schema, tool) for schema, tool in tools if tool is not None]
     module, function = {"openai": ("openai", "chat_tools"),
                         "anthropic": ("anthropic", "tools"),
                         "gemini": ("gemini", "function_declarations")}[form]
@@ -202,11 +196,7 @@ def _call(registry: ToolRegistry, name: str, raw: str | None, scope: Hashable | 
 
 
 def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None) -> int:
-    try:
-        toolrail_mcp: Any = importlib.import_module("toolrail.mcp")
-    except ImportError as exc:
-        raise UsageError(f"serve needs the mcp extra ({exc}): pip install 'toolrail[mcp]'") \
-            from exc
+    toolrail_mcp = _mcp_extra("serve", "toolrail.mcp")
     if http is None:
         asyncio.run(toolrail_mcp.serve_stdio(registry, scope=scope))
         return 0
@@ -215,3 +205,12 @@ def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None) -> 
         raise UsageError(f"--http {http!r} is not HOST:PORT, e.g. 127.0.0.1:8000")
     asyncio.run(toolrail_mcp.serve_http(registry, host=host, port=int(port), scope=scope))
     return 0
+
+
+def _mcp_extra(what: str, module: str) -> Any:
+    """``module`` of ``toolrail.mcp``; a ``UsageError`` when the mcp extra is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(f"{what} needs the mcp extra ({exc}): pip install 'toolrail[mcp]'") \
+            from exc
