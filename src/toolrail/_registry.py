@@ -27,15 +27,13 @@ from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 if TYPE_CHECKING:
     from ._execution import Execution
     from ._results import ToolResult
+    from ._types import Guard
 
 __all__ = ["ToolRegistry"]
 
 # Read per call by the scheduler's classification: module globals cost less than members.
 _PARALLEL = ExecutionMode.PARALLEL
 _EXCLUSIVE = ExecutionMode.EXCLUSIVE
-
-Guard = Callable[["Execution"], "str | None"]
-
 
 class _Registration:
     """One registration of a callable: its own identity, even when the callable is
@@ -152,7 +150,7 @@ class ToolRegistry:
         listeners = self._listeners
         token = _Registration(listener)
         listeners.append(token)
-        return Disposer(lambda: _remove_identity(listeners, token))
+        return Disposer(lambda: listeners.remove(token))  # the token, compared by identity
 
     def scope(self, key: Hashable) -> Scope:
         """A handle for one agent's scope; handles for equal keys share one layer."""
@@ -265,10 +263,12 @@ class ToolRegistry:
             return self._guards
         return self._guards + state.guards
 
-    def _state(self, key: Hashable) -> _ScopeState:
+    def _acquire(self, key: Hashable) -> _ScopeState:
+        """The scope's layer, made if need be, held until a matching ``_release``."""
         state = self._scopes.get(key)
         if state is None:
             state = self._scopes[key] = _ScopeState()
+        state.refs += 1
         return state
 
     def _release(self, key: Hashable, state: _ScopeState) -> None:
@@ -289,15 +289,12 @@ class ToolRegistry:
             state = None
         else:
             state = self._scopes.get(scope)
-            layer = state.tools if state is not None else {}
-            if name in layer:
+            if state is not None and name in state.tools:
                 raise ValueError(f'tool "{name}" is already registered in this scope')
-            state = self._state(scope)
+            state = self._acquire(scope)
             layer = state.tools
-        layer[name] = entry
-        if state is not None:
-            state.refs += 1
             state.version += 1
+        layer[name] = entry
 
         def remove() -> None:
             if layer.get(name) is entry:
@@ -327,9 +324,8 @@ class ToolRegistry:
             )
         restriction = _Restriction(None if allowed is None else frozenset(allowed),
                                    frozenset(denied))
-        state = self._state(key)
+        state = self._acquire(key)
         state.restrictions = (*state.restrictions, restriction)
-        state.refs += 1
         state.version += 1
 
         def lift() -> None:
@@ -351,9 +347,8 @@ class ToolRegistry:
                 self._guards = tuple(g for g in self._guards if g is not marker)
 
             return Disposer(remove_global)
-        state = self._state(key)
+        state = self._acquire(key)
         state.guards = (*state.guards, marker)
-        state.refs += 1
 
         def remove_scoped() -> None:
             state.guards = tuple(g for g in state.guards if g is not marker)
@@ -393,13 +388,6 @@ class ToolRegistry:
                 listener()
             except Exception as exc:
                 self.logger.warning("change listener failed during rollback: %s", exc)
-
-
-def _remove_identity(items: list[Any], item: Any) -> None:
-    for i, candidate in enumerate(items):
-        if candidate is item:
-            del items[i]
-            return
 
 
 def _names(which: str, names: Iterable[str]) -> list[str]:

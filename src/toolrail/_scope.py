@@ -18,8 +18,9 @@ from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 from ._typed import tool as make_tool
 
 if TYPE_CHECKING:
-    from ._registry import Guard, ToolRegistry
+    from ._registry import ToolRegistry
     from ._results import ToolResult
+    from ._types import Guard
 
 __all__ = ["Scope", "tool_decorator"]
 
@@ -103,8 +104,7 @@ class Scope:
         registry = self._registry
         if all_scopes:
             return self._own(registry._chains.add(stage, fn, None, prepend))
-        state = registry._state(self.key)
-        state.refs += 1
+        state = registry._acquire(self.key)
         try:
             added = registry._chains.add(stage, fn, self.key, prepend)
         except BaseException:
