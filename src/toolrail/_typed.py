@@ -10,8 +10,8 @@ and ``present_result`` callables are wrapped to run on validated arguments only.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, overload
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Literal, overload
 
 from pydantic import ValidationError
 
@@ -166,13 +166,15 @@ class _Classifier:
     """A user's ``concurrency_safe`` callable, run on validated arguments only."""
 
     __slots__ = ("_by_keyword", "_fn", "_spec")
+    _option: ClassVar[str] = "concurrency_safe must be a bool or a callable"
+    _keywords: ClassVar[tuple[str, ...]] = ()  # passed besides the tool's parameters
 
     def __init__(self, fn: Callable[..., Any], spec: Signature) -> None:
         if not callable(fn):
-            raise TypeError(f"{spec.label}: concurrency_safe must be a bool or a callable")
+            raise TypeError(f"{spec.label}: {self._option}")
         self._fn = fn
         self._spec = spec
-        self._by_keyword = _binds(fn, spec.fields)
+        self._by_keyword = _binds(fn, (*spec.fields, *self._keywords))
 
     def _invoke(self, kwargs: dict[str, Any], **more: Any) -> Any:
         if self._by_keyword:
@@ -189,6 +191,7 @@ class _Classifier:
 
 class _Presenter(_Classifier):
     __slots__ = ()
+    _option = "present_call must be a callable"
 
     def __call__(self, arguments: JsonValue) -> Any:
         kwargs = self._spec.soft_validate(arguments)
@@ -197,17 +200,15 @@ class _Presenter(_Classifier):
 
 class _ResultPresenter(_Classifier):
     __slots__ = ()
-
-    def __init__(self, fn: Callable[..., Any], spec: Signature) -> None:
-        super().__init__(fn, spec)
-        self._by_keyword = _binds(fn, {**spec.fields, "result": None})
+    _option = "present_result must be a callable"
+    _keywords = ("result",)
 
     def __call__(self, arguments: JsonValue, result: ToolResult) -> Any:  # type: ignore[override]
         kwargs = self._spec.soft_validate(arguments)
         return None if kwargs is None else self._invoke(kwargs, result=result)
 
 
-def _binds(fn: Callable[..., Any], names: Mapping[str, Any]) -> bool:
+def _binds(fn: Callable[..., Any], names: Iterable[str]) -> bool:
     try:
         inspect.signature(fn).bind(**dict.fromkeys(names))
     except (TypeError, ValueError):
