@@ -31,6 +31,7 @@ __all__ = [
     "pairs",
     "schema_parts",
     "sequence_field",
+    "shows_something",
     "text_of",
     "visible_content",
 ]
@@ -111,7 +112,7 @@ def pairs(
 def visible_content(result: ToolResult) -> tuple[Content, ...]:
     """The result's blocks, or ``Error: <message>`` for an error result that shows nothing."""
     content = result.content
-    if result.is_error and not any(_shows_something(block) for block in content):
+    if result.is_error and not any(shows_something(block) for block in content):
         message = result.error.message if result.error is not None else "the call failed"
         return (TextContent(f"Error: {message}"),)
     return content
@@ -124,5 +125,6 @@ def text_of(blocks: Iterable[Content]) -> str:
     )
 
 
-def _shows_something(block: Content) -> bool:
+def shows_something(block: Content) -> bool:
+    """Whether the block is an image or a non-empty text."""
     return isinstance(block, ImageContent) or block.text != ""

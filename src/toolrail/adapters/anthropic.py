@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from .. import Content, TextContent, ToolCall, ToolResult
 from ._common import (
+    IMAGE_PLACEHOLDER,
     SchemaLike,
     field,
     pairs,
     schema_parts,
     sequence_field,
-    text_of,
+    shows_something,
     visible_content,
 )
 
@@ -102,7 +103,7 @@ def tool_result_blocks(
         {
             "type": "tool_result",
             "tool_use_id": call.call_id,
-            "content": [_block(b) for b in visible_content(result) if _shows(b)],
+            "content": [_block(b) for b in visible_content(result) if shows_something(b)],
             "is_error": result.is_error,
         }
         for call, result in pairs(calls, results)
@@ -114,15 +115,11 @@ def _block(block: Content) -> BlockParam:
         return {"type": "text", "text": block.text}
     media_type = block.mime_type
     if not _readable(media_type):
-        return {"type": "text", "text": text_of([block])}
+        return {"type": "text", "text": IMAGE_PLACEHOLDER}
     return {
         "type": "image",
         "source": {"type": "base64", "media_type": media_type, "data": block.data},
     }
-
-
-def _shows(block: Content) -> bool:
-    return not isinstance(block, TextContent) or block.text != ""
 
 
 def _readable(media_type: str) -> TypeGuard[_MediaType]:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ImageContent, TextContent, ToolCall, ToolResult
 from ._common import (
+    IMAGE_PLACEHOLDER,
     SchemaLike,
     call_from_text,
     field,
@@ -230,5 +231,5 @@ def _output(result: ToolResult) -> str | ResponseFunctionCallOutputItemListParam
             url = f"data:{block.mime_type};base64,{block.data}"
             parts.append({"type": "input_image", "image_url": url})
         else:
-            parts.append({"type": "input_text", "text": text_of([block])})
+            parts.append({"type": "input_text", "text": IMAGE_PLACEHOLDER})
     return parts
