@@ -69,7 +69,6 @@ SCRIPT: list[tuple[str, dict[str, Any]]] = [
 
 @dataclass
 class _Row:
-    index: int
     call_id: str
     name: str
     started: float | None = None
@@ -277,7 +276,7 @@ class _Demo:
                 console.print(f"[bold]model:[/] {message['content']}")
                 break
             step = _Step(title, time.perf_counter(),
-                         [_Row(i, c.call_id, c.name) for i, c in enumerate(calls)])
+                         [_Row(c.call_id, c.name) for c in calls])
             self.steps.append(step)
             controller = CancelController()
             pool = 4
