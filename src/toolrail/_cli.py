@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import json
 import sys
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,12 +164,13 @@ def _formatted(registry: ToolRegistry, schemas: list[ToolSchema], scope: Hashabl
         wire_tool = _mcp_extra("--format mcp", "toolrail.mcp._wire").wire_tool
         tools = [(schema, registry.get(schema.name, scope)) for schema in schemas]
         return [wire_tool(schema, tool) for schema, tool in tools if tool is not None]
-    module, function = {"openai": ("openai", "chat_tools"),
-                        "anthropic": ("anthropic", "tools"),
-                        "gemini": ("gemini", "function_declarations")}[form]
-    adapter: Callable[[list[ToolSchema]], Any] = getattr(
-        importlib.import_module(f"toolrail.adapters.{module}"), function)
-    return adapter(schemas)
+    from .adapters import anthropic, gemini, openai
+
+    if form == "openai":
+        return openai.chat_tools(schemas)
+    if form == "anthropic":
+        return anthropic.tools(schemas)
+    return gemini.function_declarations(schemas)
 
 
 def _call(registry: ToolRegistry, name: str, raw: str | None, scope: Hashable | None,
