@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+from asyncio import current_task
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
 
+from ._bodytask import BodyTask, swap
 from ._cancel import CancelSignal
 from ._execution import RunContext
 from ._json import snapshot_json
@@ -99,20 +101,29 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
     """
     execution = state.execution
     timeout = entry.tool.timeout
-    started = asyncio.get_running_loop().time() if timeout is not None else 0.0
+    loop = asyncio.get_running_loop()
+    started = loop.time() if timeout is not None else 0.0
     watch: Watch | None = None
     failure: ToolResult | None = None
     out: Any = None
+    task = current_task(loop)
+    body = BodyTask.of(task) if task is not None else None
     try:
         steps = entry.start(execution._arguments, context)
         if type(steps) is not CoroutineType:
             steps = steps.__await__()
+        if body is not None:
+            swap(loop, body)
         try:
             yielded = steps.send(None)
         except StopIteration as stop:
             out = stop.value
         else:
-            watch = _watch(state, entry, context, started)
+            watch = _watch(state, entry, context, started, body)
+        finally:
+            if body is not None:
+                swap(loop, task)
+        if watch is not None:
             out = await resume(steps, yielded, watch)
         if entry.finish is not None:
             out = entry.finish(execution._name, out)
@@ -126,6 +137,8 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
     finally:
         if watch is not None:
             _unwatch(watch)
+        elif body is not None:
+            body._done = True
         if context is not None:
             _settle(state, context)
     caller, installed = state.caller, execution._signal
@@ -142,9 +155,9 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
 
 
 def _watch(state: CallState, entry: Entry, context: RunContext | None,
-           started: float | None) -> Watch:
+           started: float | None, body: BodyTask | None = None) -> Watch:
     """A watch on the call's signals and the tool's clock (from ``started``, else now)."""
-    watch = Watch(context)
+    watch = Watch(context, body)
     caller = state.caller
     if caller is not _NEVER:
         watch.follow(caller)

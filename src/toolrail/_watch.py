@@ -8,11 +8,14 @@ position lets it do two things asyncio alone does not:
 * **interrupt**: when a watched signal fires, it cancels the future the body is
   waiting on (or throws ``CancelledError`` in at the body's next step), so the body
   sees a cancellation without the task itself being cancelled;
-* **notice outside cancellation**: a ``CancelledError`` that the task delivers while it
-  is being cancelled (``Task.cancelling()``) may be someone cancelling the task; the
-  body signal fires *before* the body sees it, and once the body has settled the
-  pipeline re-raises it if the task is still being cancelled (``Watch.stands``), even
-  when the body swallowed it.
+* **notice outside cancellation**: every step of the body runs with a ``BodyTask`` as
+  the current task, so the body's own ``asyncio.timeout``, ``TaskGroup`` and anyio
+  cancel scopes cancel that, never the task running the call. A ``CancelledError`` that
+  arrives while *that* task is being cancelled (``Task.cancelling()``) is someone
+  cancelling it: the body signal fires *before* the body sees it, and once the body
+  has settled the pipeline re-raises it if the task is still being cancelled
+  (``Watch.stands``), even when the body swallowed it. A cancellation the body starts
+  and ends inside itself never fires the body signal.
 
 ``wait_out`` is the other way to await: for work that cannot be interrupted (a worker
 thread, a cooperative body in a child task), it waits to the end and then re-raises
@@ -26,12 +29,13 @@ import types
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from ._bodytask import BodyTask, swap
 from ._cancel import CancelSignal
 
 if TYPE_CHECKING:
     from ._execution import RunContext
 
-__all__ = ["Watch", "report_callback_error", "resume", "wait_out", "watched"]
+__all__ = ["Watch", "body_task", "report_callback_error", "resume", "wait_out", "watched"]
 
 T = TypeVar("T")
 
@@ -49,19 +53,24 @@ class Watch:
     timed_out = False
     delivered = False  # a CancelledError we caused has reached the awaited code
     external = False  # a cancellation of the task reached the body ...
-    certain = False  # ... and it cannot be one the body's own scopes take back
+    early = False  # ... one requested before the watch began
     waiting: asyncio.Future[Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
     timer: asyncio.TimerHandle | None = None  # the tool's timeout, when it has one
     _followed: tuple[tuple[CancelSignal, int], ...] = ()
 
-    def __init__(self, context: RunContext | None = None) -> None:
+    def __init__(self, context: RunContext | None = None, body: BodyTask | None = None) -> None:
         self.context = context
         if context is not None:
             context._hand_over()  # this watch fires its body signal from now on
-        # The task's cancellation count as the watch starts: what a cancellation the
-        # body's own scopes ask for, and take back, is counted against.
-        task = self.task = asyncio.current_task()
+        if body is None:
+            body = body_task()
+        self.body = body
+        # The task's cancellation count as the watch starts: a rise is outside's.
+        task = self.task = body._task if body is not None else None
         self.baseline = task.cancelling() if task is not None else 0
+        if body is not None:
+            self.loop = task.get_loop()  # type: ignore[union-attr]
 
     def follow(self, signal: CancelSignal) -> None:
         """Fire when ``signal`` fires (at once if it already has)."""
@@ -94,42 +103,46 @@ class Watch:
     def arrived(self) -> None:
         """A ``CancelledError`` the task threw in at the body's wait: whose is it?
 
-        One that came with a new cancellation request of the task may be outside's or
-        the body's own scope's (``stands`` tells, once the body has settled); one that
-        came with none was requested before the watch began, unless this watch caused
-        it. Either way the body signal fires before the body sees it.
+        One that came with a new cancellation request of the task is outside's (the
+        body's own scopes cancel its ``BodyTask``); one the ``BodyTask`` asked for is the
+        body's own; one that came with neither was requested before the watch began,
+        unless this watch caused it. An outside one fires the body signal before the
+        body sees it.
         """
         task = self.task
         count = task.cancelling() if task is not None else 0
+        body = self.body
         if count > self.baseline:
-            self.cancelled_from_outside(certain=False)
+            self.cancelled_from_outside()
+        elif body is not None and body._delivered:
+            body._delivered = False
         elif count and not self.delivered:
+            self.early = True
             self.cancelled_from_outside()
 
-    def cancelled_from_outside(self, certain: bool = True) -> None:
+    def cancelled_from_outside(self) -> None:
         """The task was cancelled while the body waited: fire the body signal, before the
         body sees the cancellation. A raising callback of it is reported, never raised
         here (the body still has to be interrupted and awaited)."""
         self.external = True
-        if certain:
-            self.certain = True
         if self.context is not None:
             _reporting(self.context._cancel_body, "cancelled")
 
     def stands(self) -> bool:
         """Whether a cancellation of the task reached the body and still stands now the
-        body has settled: then it came from outside, and the caller re-raises it.
+        body has settled: then the caller re-raises it.
 
-        A cancellation the body's own ``asyncio.timeout``, ``TaskGroup`` or anyio cancel
-        scope asked for is taken back by them (``Task.uncancel()``) before they hand the
-        body its ``TimeoutError`` or exception group: the body's outcome is then its own.
+        A body that swallowed it and took it back itself (``uncancel()``) gets its own
+        outcome, as asyncio means by ``uncancel()``.
         """
         if not self.external:
             return False
         task = self.task
-        return self.certain or (task is not None and task.cancelling() > self.baseline)
+        return self.early or (task is not None and task.cancelling() > self.baseline)
 
     def stop(self) -> None:
+        if self.body is not None:
+            self.body._done = True
         if self._followed:
             for signal, key in self._followed:
                 signal._unsubscribe(key)
@@ -144,6 +157,12 @@ def _reporting(fn: Callable[[str], None], reason: str) -> None:
         report_callback_error(exc)
 
 
+def body_task() -> BodyTask | None:
+    """A ``BodyTask`` for the task running now (``None`` outside a task)."""
+    task = asyncio.current_task()
+    return BodyTask.of(task) if task is not None else None
+
+
 def report_callback_error(exc: Exception) -> None:
     """Hand a body-signal callback's exception to the loop: nobody can receive it."""
     asyncio.get_running_loop().call_exception_handler({
@@ -156,6 +175,9 @@ def report_callback_error(exc: Exception) -> None:
 def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
     """Await ``awaitable`` step by step in this task, interrupting it when ``watch`` fires."""
     steps = awaitable.__await__()
+    body = watch.body
+    if body is not None:
+        swap(watch.loop, body)  # type: ignore[arg-type]
     try:
         if watch.fired and not watch.delivered:
             watch.delivered = True
@@ -164,6 +186,9 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
             yielded = steps.send(None)
     except StopIteration as stop:
         return cast(T, stop.value)
+    finally:
+        if body is not None:
+            swap(watch.loop, watch.task)  # type: ignore[arg-type]
     return cast(T, (yield from resume(steps, yielded, watch)))
 
 
@@ -173,11 +198,18 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
     """Go on awaiting ``steps``, which has just yielded ``yielded``, as ``watched`` does.
 
     The caller may take a body's first step itself and watch only a body that waits.
+    Every step runs with the watch's ``BodyTask`` as the current task.
     """
+    body = watch.body
+    task, loop = (watch.task, watch.loop) if body is not None else (None, None)
     while True:
         if isinstance(yielded, asyncio.Future):
             if watch.fired and not watch.delivered and yielded.cancel():
                 watch.delivered = True  # the task wakes with CancelledError at this point
+            elif (body is not None and body._pending is not None
+                  and yielded.cancel(msg=body._pending[0])):
+                body._pending = None  # the body's own scope asked: as Task.cancel() does
+                body._delivered = True
             watch.waiting = yielded
         value: Any = None
         error: BaseException | None = None
@@ -193,13 +225,24 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
         finally:
             if watch.waiting is not None:
                 watch.waiting = None
-        if error is None and watch.fired and not watch.delivered:
-            watch.delivered = True
-            error = asyncio.CancelledError()
+        if error is None:
+            if watch.fired and not watch.delivered:
+                watch.delivered = True
+                error = asyncio.CancelledError()
+            elif body is not None and body._pending is not None:
+                message = body._pending[0]
+                body._pending = None
+                error = asyncio.CancelledError() if message is None else asyncio.CancelledError(
+                    message)
+        if body is not None:
+            swap(loop, body)  # type: ignore[arg-type]
         try:
             yielded = steps.send(value) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value
+        finally:
+            if body is not None:
+                swap(loop, task)  # type: ignore[arg-type]
 
 
 async def wait_out(future: asyncio.Future[T], on_cancel: Callable[[], None]) -> T:

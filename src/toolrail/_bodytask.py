@@ -1,0 +1,95 @@
+"""``BodyTask``: what ``asyncio.current_task()`` is while a step of a tool body runs.
+
+A body is awaited in the task that runs the call (see ``_watch``), so without help the
+cancellations its own code starts and ends would be requests to cancel that task: an
+``asyncio.timeout`` that expires, a ``TaskGroup`` whose child fails, an anyio cancel
+scope (httpx races connection attempts inside one). While such a ``CancelledError``
+passes it cannot be told from someone cancelling the task, and its scope takes it back
+(``Task.uncancel()``) only as it exits, after the body's handlers ran.
+
+So each body invocation gets a ``BodyTask`` of its own, made current for every step of
+the body (and only then). The body's scopes bind to it: their ``cancel()`` counts here
+and interrupts the body at its wait, exactly as ``Task.cancel()`` would, but never
+touches the task running the call. A rise in *that* task's ``cancelling()`` is then
+certainly a cancellation from outside the body. ``cancelling()`` adds the task's own
+count, so a scope still sees an outside cancellation as not its own; everything else
+(``get_name``, ``add_done_callback`` ...) is the task's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from asyncio import tasks
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["BodyTask", "swap"]
+
+
+class BodyTask:
+    """Stands in for ``task`` while a body's step runs; see the module docstring."""
+
+    # Rarely changed state starts as class attributes: one is made per body invocation.
+    _requests = 0  # cancel() calls not yet taken back by uncancel()
+    _pending: tuple[str | None] | None = None  # a cancel() to deliver at the next wait
+    _delivered = False  # a CancelledError this task asked for has reached the body
+    _done = False  # the body has settled: a late cancel() must not reach the task
+
+    _task: asyncio.Task[Any]
+
+    @classmethod
+    def of(cls, task: asyncio.Task[Any]) -> BodyTask:
+        body = _new(cls)  # no __init__ frame: one is made per call
+        body._task = task
+        return body
+
+    def cancel(self, msg: str | None = None) -> bool:
+        if self._done or self._task.done():
+            return False
+        self._requests += 1
+        waiter = self._task._fut_waiter  # type: ignore[attr-defined]
+        if waiter is not None and waiter.cancel(msg=msg):
+            self._delivered = True  # the task wakes with CancelledError at the body's wait
+        else:
+            self._pending = (msg,)  # delivered at the body's next wait, as Task does
+        return True
+
+    def cancelling(self) -> int:
+        return self._requests + self._task.cancelling()
+
+    def uncancel(self) -> int:
+        if self._requests:
+            self._requests -= 1
+        else:  # the body takes back a cancellation of the task itself
+            self._task.uncancel()
+        return self.cancelling()
+
+    @property
+    def _must_cancel(self) -> bool:
+        return self._pending is not None
+
+    @property
+    def _fut_waiter(self) -> Any:
+        return self._task._fut_waiter  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task, name)
+
+    def __repr__(self) -> str:
+        return f"<BodyTask of {self._task!r}>"
+
+
+_new = object.__new__
+
+
+
+def _store(loop: asyncio.AbstractEventLoop, task: Any) -> None:
+    """Make ``task`` the current task of ``loop`` (a ``BodyTask``, or back again)."""
+    _current_tasks[loop] = task
+
+
+# Python 3.12+ swaps the current task in one C call (eager tasks use it); 3.11 keeps
+# the current tasks in the dict that asyncio.current_task() reads.
+swap: Callable[[asyncio.AbstractEventLoop, Any], Any] = getattr(tasks, "_swap_current_task",
+                                                                _store)
+_current_tasks: dict[asyncio.AbstractEventLoop, Any] = getattr(tasks, "_current_tasks", {})
