@@ -38,6 +38,10 @@ class CheckedBody:
     output_schema: Any = None
     context_free = False  # the function never sees its RunContext
 
+    def check_arguments(self, arguments: Any) -> Exception | None:
+        """The error the body would raise for ``arguments`` before it runs, if any."""
+        return None
+
     def start(self, arguments: Any, context: Any) -> Any:
         raise NotImplementedError
 
@@ -48,8 +52,8 @@ class CheckedBody:
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("check_output", "context_free", "fast", "finish", "interrupts", "kind", "schema",
-                 "start", "tool")
+    __slots__ = ("approval", "check_output", "context_free", "fast", "finish", "interrupts",
+                 "kind", "schema", "start", "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
                  kind: BodyKind) -> None:
@@ -67,6 +71,26 @@ class Entry:
         # A typed function without a RunContext parameter, awaited in the calling task:
         # nothing would ever read its run context, so none is made.
         self.context_free = self.fast and halves and body.context_free
+        # ``requires_approval``: ``None`` when it never does (the hot path reads only this).
+        approval = tool.requires_approval
+        self.approval: bool | Callable[[JsonValue], Any] | None = (
+            None if approval is False else approval)
+
+    def requires_approval(self, arguments: JsonValue) -> bool:
+        """pipeline.md "Approval": ``True``, or the callable's exactly-``True`` answer; a
+        raising callable requires approval."""
+        approval = self.approval
+        if approval is None or approval is True:
+            return approval is True
+        try:
+            return approval(arguments) is True  # type: ignore[operator]
+        except Exception:
+            return True
+
+    def cannot_run(self, arguments: JsonValue) -> Exception | None:
+        """Why the body would fail before it runs (a typed tool's invalid arguments)."""
+        body = self.tool.execute
+        return body.check_arguments(arguments) if isinstance(body, CheckedBody) else None
 
     @classmethod
     def build(cls, tool: Tool) -> Entry:
@@ -95,6 +119,9 @@ class Entry:
             raise TypeError(f'tool "{name}" description must be a str')
         if tool.cancellation not in ("interrupt", "cooperative"):
             raise ValueError(f'tool "{name}" cancellation must be "interrupt" or "cooperative"')
+        approval = tool.requires_approval
+        if not (isinstance(approval, bool) or callable(approval)):
+            raise TypeError(f'tool "{name}" requires_approval must be a bool or a callable')
         check = None
         body = tool.execute
         checked = isinstance(body, CheckedBody) and body.output_schema is tool.output_schema

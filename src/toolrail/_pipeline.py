@@ -60,6 +60,7 @@ __all__ = [
 _NEVER: Final = CancelSignal.never()
 
 _ALLOW: Final = Allow()
+_ASK: Final = Ask()
 
 _new = object.__new__
 
@@ -80,7 +81,7 @@ async def execute(
     chains = registry._chains
     # Each stage reads its chain as it stands when it starts (``quiet``: none at all).
     if state.phase == READY:
-        if not chains.quiet and chains.for_call(PRE, scope):
+        if (not chains.quiet and chains.for_call(PRE, scope)) or state.asks():
             await decide(registry, state)
         else:
             check_guards(registry, state)
@@ -99,7 +100,7 @@ async def execute(
 def decide_now(registry: ToolRegistry, state: CallState) -> bool:
     """Stages 4-7 when there is no pre-execute middleware to await; else ``False``."""
     chains = registry._chains
-    if not chains.quiet and chains.for_call(PRE, state.execution._scope):
+    if (not chains.quiet and chains.for_call(PRE, state.execution._scope)) or state.asks():
         return False
     check_guards(registry, state)
     return True
@@ -146,6 +147,7 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
     state = _new(CallState)
     state.execution = execution
     state.caller = signal
+    state.looked_up = entry
     state.finalize = None if entry is None else entry.tool.finalize_content
     state.phase = READY
     state.result = None
@@ -166,7 +168,16 @@ async def decide(registry: ToolRegistry, state: CallState) -> None:
     chain = registry._chains.for_call(PRE, execution._scope)
     try:
         decision = await _walk_pre(chain, execution) if chain else _ALLOW
+        looked_up = state.looked_up
+        if type(decision) is Allow and looked_up is not None and (
+                looked_up.requires_approval(execution._arguments)):
+            decision = _ASK  # the tool requires approval: as for Ask(None)
         if type(decision) is Ask:
+            unrunnable = _unrunnable(state)
+            if unrunnable is not None:
+                # A person is never asked about a call that cannot run (pipeline.md).
+                state.end(DENIED, unrunnable)
+                return
             approved = await _approve(registry, execution, decision)
             if approved is None:
                 state.end(NOT_STARTED, aborted_before_dispatch())
@@ -179,6 +190,17 @@ async def decide(registry: ToolRegistry, state: CallState) -> None:
         state.end(DENIED, error(decision.reason, "DENIED"))
     else:
         check_guards(registry, state)
+
+
+def _unrunnable(state: CallState) -> ToolResult | None:
+    """The dispatch error a call would certainly end in (its tool not visible at stage 1,
+    or a typed tool's invalid arguments), else ``None``."""
+    looked_up = state.looked_up
+    if looked_up is None:
+        return error(f'unknown tool "{state.execution._name}"', "UNKNOWN_TOOL",
+                     "ToolNotFoundError")
+    reason = looked_up.cannot_run(state.execution._arguments)
+    return None if reason is None else from_exception(reason)
 
 
 def check_guards(registry: ToolRegistry, state: CallState) -> None:

@@ -32,6 +32,7 @@ class Tool:
     execute: Callable[[JsonValue, RunContext], Any]
     output_schema: Mapping[str, Any] | None = None
     concurrency_safe: bool | Callable[[JsonValue], bool] = False
+    requires_approval: bool | Callable[[JsonValue], bool] = False
     timeout: float | None = None
     cancellation: Literal["interrupt", "cooperative"] = "interrupt"
     inline: bool = False

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ._docstrings import parse_docstring
 from ._entry import CheckedBody, is_async
+from ._errors import ToolArgsError
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, thaw
 from ._results import ToolResult
@@ -32,6 +33,7 @@ Decorator = Callable[[Callable[..., Any]], Tool]
 def tool(fn: Callable[..., Any], /, *, name: str | None = None,
          description: str | None = None,
          concurrency_safe: bool | Callable[..., bool] = False,
+         requires_approval: bool | Callable[..., bool] = False,
          timeout: float | None = None, strict: bool = False, extra: Extra = "forbid",
          inline: bool = False, cancellation: Literal["interrupt", "cooperative"] = "interrupt",
          annotations: Mapping[str, Any] | None = None,
@@ -44,6 +46,7 @@ def tool(fn: Callable[..., Any], /, *, name: str | None = None,
 def tool(fn: None = None, /, *, name: str | None = None,
          description: str | None = None,
          concurrency_safe: bool | Callable[..., bool] = False,
+         requires_approval: bool | Callable[..., bool] = False,
          timeout: float | None = None, strict: bool = False, extra: Extra = "forbid",
          inline: bool = False, cancellation: Literal["interrupt", "cooperative"] = "interrupt",
          annotations: Mapping[str, Any] | None = None,
@@ -55,6 +58,7 @@ def tool(fn: None = None, /, *, name: str | None = None,
 def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
          description: str | None = None,
          concurrency_safe: bool | Callable[..., bool] = False,
+         requires_approval: bool | Callable[..., bool] = False,
          timeout: float | None = None, strict: bool = False, extra: Extra = "forbid",
          inline: bool = False, cancellation: Literal["interrupt", "cooperative"] = "interrupt",
          annotations: Mapping[str, Any] | None = None,
@@ -88,6 +92,8 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
             output_schema=spec.output_schema,
             concurrency_safe=concurrency_safe if isinstance(concurrency_safe, bool)
             else _Classifier(concurrency_safe, spec),
+            requires_approval=requires_approval if isinstance(requires_approval, bool)
+            else _Approval(requires_approval, spec),
             timeout=timeout,
             cancellation=cancellation,
             inline=inline,
@@ -122,6 +128,13 @@ class TypedBody(CheckedBody):
         if self._context is not None:
             kwargs[self._context] = context
         return kwargs
+
+    def check_arguments(self, arguments: Any) -> Exception | None:
+        try:
+            self._spec.validate(arguments)
+        except ToolArgsError as exc:
+            return exc
+        return None
 
     def __repr__(self) -> str:
         return f"<typed body of {self._spec.label}>"
@@ -187,6 +200,18 @@ class _Classifier:
 
     def __repr__(self) -> str:
         return repr(self._fn)
+
+
+class _Approval(_Classifier):
+    """A ``requires_approval`` callable, on validated arguments; invalid ones are never
+    dispatched, so asking about them is left to the pipeline's order (pipeline.md)."""
+
+    __slots__ = ()
+    _option = "requires_approval must be a bool or a callable"
+
+    def __call__(self, arguments: JsonValue) -> bool:
+        kwargs = self._spec.soft_validate(arguments)
+        return True if kwargs is None else self._invoke(kwargs) is True
 
 
 class _Presenter(_Classifier):
