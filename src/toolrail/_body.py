@@ -57,7 +57,8 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
         return error(f'unknown tool "{execution.name}"', "UNKNOWN_TOOL", "ToolNotFoundError")
     caller = state.caller
     if caller.cancelled:
-        return aborted_before_dispatch()
+        # A retry's later attempt: the call's body did run, so the call was aborted.
+        return aborted() if state.invoked else aborted_before_dispatch()
     installed = execution._signal
     state.invoked = True
     # A typed function without a RunContext parameter never sees one: none is made.
@@ -78,7 +79,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     except asyncio.CancelledError as exc:
         if watch.stands():
             raise
-        if not (watch.fired and entry.interrupts):
+        if not (watch.fired and (entry.interrupts or watch.interrupts)):
             failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
         failure = from_exception(exc)
@@ -150,7 +151,8 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
                 context._cancel_body(fired.reason or "cancelled")
             except Exception as exc:  # its callbacks: nobody's cancel() is there to raise
                 report_callback_error(exc)
-        return aborted()
+        # Nothing interrupted a body that never waited: a failure of its own stands.
+        return aborted() if failure is None else failure
     return _outcome(state, entry, watch, failure, out, context)
 
 
@@ -187,7 +189,10 @@ def _outcome(state: CallState, entry: Entry, watch: Watch | None, failure: ToolR
         if watch.timed_out:
             return error(f"tool call timed out after {entry.tool.timeout:g}s", "TOOL_TIMEOUT",
                          "ToolTimeoutError")
-        if watch.fired and entry.interrupts:
+        if watch.fired and (entry.interrupts or watch.interrupts) and (
+                failure is None or watch.delivered):
+            # Interrupted, it has not failed; a failure it met before any interruption
+            # reached it is its own (pipeline.md "Cancellation", the outcome table).
             return aborted()
     if failure is not None:
         return failure
@@ -218,7 +223,8 @@ async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:
         return out
     if tool.cancellation == "cooperative":
         return await wait_out(asyncio.ensure_future(out), watch.cancelled_from_outside)
-    return await watched(out, watch)  # an inline sync body that returned an awaitable
+    watch.interrupts = True  # a sync body that returned an awaitable: interrupt that
+    return await watched(out, watch)
 
 
 def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:

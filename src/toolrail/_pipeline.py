@@ -348,7 +348,10 @@ def _dispatched(state: CallState, result: ToolResult) -> None:
         state.trusted = True
         state.end(FINAL, error("tool result must be losslessly JSON-serializable"))
         return
-    skipped = type(info) is ErrorInfo and info.code == "ABORTED_BEFORE_DISPATCH"
+    # A body that ran (in an earlier attempt of a retry, say) was dispatched, whatever
+    # an around-execute middleware then made of it.
+    skipped = (type(info) is ErrorInfo and info.code == "ABORTED_BEFORE_DISPATCH"
+               and not state.invoked)
     state.end(NOT_STARTED if skipped else DISPATCHED, result)
 
 

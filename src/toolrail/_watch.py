@@ -52,6 +52,7 @@ class Watch:
     fired = False
     timed_out = False
     delivered = False  # a CancelledError we caused has reached the awaited code
+    interrupts = False  # it interrupts an awaitable a sync body returned
     external = False  # a cancellation of the task reached the body ...
     early = False  # ... one requested before the watch began
     waiting: asyncio.Future[Any] | None = None
