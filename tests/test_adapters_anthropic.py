@@ -101,6 +101,28 @@ def test_calls_from_message_reads_the_tool_use_blocks_in_order() -> None:
     ]
 
 
+async def test_a_sub_agents_tool_use_blocks_carry_the_parent_token_and_scope() -> None:
+    registry = adder_registry()
+    seen: list[tuple[tr.ExecutionToken | None, object]] = []
+    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
+    outer: list[tr.ExecutionToken] = []
+    sub_reply = message(tool_use("toolu_9", "add", {"a": 1}), tool_use("toolu_10", "add", {"a": 2}))
+
+    @registry.tool
+    async def delegate(ctx: tr.RunContext) -> str:
+        """Hand two sums to a sub-agent."""
+        outer.append(ctx.token)
+        calls = an.calls_from_message(sub_reply, parent=ctx.token, scope="sub")
+        batch = await registry.run(calls)
+        return " ".join(result.text for result in batch.results)
+
+    result = await registry.execute(tr.ToolCall(call_id="toolu_1", name="delegate"))
+
+    assert (result.is_error, result.value) == (False, "6 7")
+    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    assert [c.parent for c in an.calls_from_message(sub_reply)] == [None, None]
+
+
 def test_calls_from_message_reads_a_plain_dict_message_the_same_way() -> None:
     as_dict = {"role": "assistant", "content": [tool_use("toolu_1", "add", {"a": 1})]}
 

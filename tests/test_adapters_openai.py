@@ -297,6 +297,63 @@ def test_calls_from_chat_binds_every_call_to_the_given_scope() -> None:
     assert {c.scope for c in oa.calls_from_chat(message, scope="agent-7")} == {"agent-7"}
 
 
+async def test_a_sub_agents_chat_calls_carry_the_parent_token_and_scope() -> None:
+    registry = adder_registry()
+    seen: list[tuple[tr.ExecutionToken | None, object]] = []
+    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
+    outer: list[tr.ExecutionToken] = []
+    sub_reply = chat_message(("call_9", "add", '{"a": 1}'),
+                             ("call_10", "add", '{"a": 2, "b": null}'))
+
+    @registry.tool
+    async def delegate(ctx: tr.RunContext) -> str:
+        """Hand two sums to a sub-agent."""
+        outer.append(ctx.token)
+        calls = oa.calls_from_chat(sub_reply, parent=ctx.token, scope="sub",
+                                   schemas=registry.schemas("sub"))
+        batch = await registry.run(calls)
+        return " ".join(result.text for result in batch.results)
+
+    result = await registry.execute(tr.ToolCall(call_id="call_1", name="delegate"))
+
+    assert (result.is_error, result.value) == (False, "6 7")  # the null b is absent: 1+5, 2+5
+    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+
+
+def test_calls_from_chat_and_from_response_leave_parent_none_by_default() -> None:
+    token = tr.ExecutionToken()
+    chat = chat_message(("call_1", "add", "{}"))
+    responses = response(function_call("call_1", "add", "{}"))
+
+    assert [c.parent for c in oa.calls_from_chat(chat)] == [None]
+    assert [c.parent for c in oa.calls_from_response(responses)] == [None]
+    assert oa.calls_from_chat(chat, parent=token, scope=3) == [
+        tr.ToolCall(call_id="call_1", name="add", arguments={}, scope=3, parent=token)
+    ]
+
+
+async def test_a_sub_agents_response_calls_carry_the_parent_token_and_scope() -> None:
+    registry = adder_registry()
+    seen: list[tuple[tr.ExecutionToken | None, object]] = []
+    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
+    outer: list[tr.ExecutionToken] = []
+    sub_reply = response(function_call("call_9", "add", '{"a": 1}'),
+                         function_call("call_10", "add", '{"a": 2}'))
+
+    @registry.tool
+    async def delegate(ctx: tr.RunContext) -> str:
+        """Hand two sums to a sub-agent."""
+        outer.append(ctx.token)
+        calls = oa.calls_from_response(sub_reply, parent=ctx.token, scope="sub")
+        batch = await registry.run(calls)
+        return " ".join(result.text for result in batch.results)
+
+    result = await registry.execute(tr.ToolCall(call_id="call_1", name="delegate"))
+
+    assert (result.is_error, result.value) == (False, "6 7")
+    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+
+
 def test_calls_keep_arguments_that_a_compatible_server_sent_already_parsed() -> None:
     message = {"tool_calls": [{"id": "c", "function": {"name": "add", "arguments": {"a": 1}}}]}
 

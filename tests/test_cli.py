@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from toolrail._cli import load_target, main
+import toolrail as tr
+from toolrail._cli import UsageError, load_target, main, resolve_scope
 
 TARGET_SOURCE = '''
 import toolrail as tr
@@ -29,6 +30,10 @@ def fail(reason: str) -> str:
 scoped = registry.scope("agent")
 scoped.register(tr.Tool(name="secret", description="Only the agent sees it.",
                         parameters={"type": "object"}, execute=lambda a, c: "42"))
+
+researcher = registry.scope("researcher")
+researcher.restrict(deny=["fail"])
+registry.scope(7).guard(lambda execution: f"denied in scope {execution.scope!r}")
 
 def build():
     return registry
@@ -232,3 +237,80 @@ async def test_serve_speaks_mcp_over_stdio_to_the_sdks_client(target: str) -> No
     assert sorted(tool.name for tool in listing.tools) == ["add", "fail", "secret"]
     assert result.structured_content == {"result": 5}
     assert result.is_error is False
+
+
+# ---- --scope names a scope that exists (issue 15) --------------------------------------
+
+UNKNOWN_SCOPE = ("toolrail: unknown scope 'reseacher' (nothing is registered, restricted or "
+                 "guarded in it); scopes: 7, agent, researcher\n")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["list", "--format", "json"], ["call", "fail", '{"reason": "x"}'], ["serve"]],
+    ids=["list", "list-json", "call", "serve"],
+)
+def test_a_mistyped_scope_exits_2_naming_the_scopes_that_exist(target: str,
+                                                               command: list[str]) -> None:
+    name, *rest = command
+    done = _toolrail(name, target, *rest, "--scope", "reseacher")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", UNKNOWN_SCOPE)
+
+
+def test_a_mistyped_scope_runs_nothing_the_intended_scope_hides(target: str) -> None:
+    assert _toolrail("call", target, "fail", '{"reason": "x"}', "--scope", "researcher"
+                     ).stderr == ("toolrail: unknown tool 'fail' in scope 'researcher'; "
+                                  "available: add\n")
+    done = _toolrail("call", target, "fail", '{"reason": "x"}', "--scope", "reseacher")
+    assert done.returncode == 2
+    assert "Error: x" not in done.stderr
+
+
+def test_a_registry_without_scopes_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "bare.py"
+    path.write_text("import toolrail as tr\nregistry = tr.ToolRegistry()\n")
+    done = _toolrail("list", f"{path}:registry", "--scope", "agent")
+    assert (done.returncode, done.stderr) == (
+        2, "toolrail: unknown scope 'agent' (nothing is registered, restricted or guarded "
+           "in it); scopes: (none)\n")
+
+
+def test_a_scope_that_only_restricts_is_a_scope(target: str) -> None:
+    done = _toolrail("list", target, "--scope", "researcher")
+    assert (done.returncode, done.stdout) == (0, "add  parallel  Add two integers.\n")
+
+
+def test_a_scope_key_that_is_not_a_str_is_named_by_its_str(target: str) -> None:
+    done = _toolrail("call", target, "add", '{"a": 2, "b": 3}', "--scope", "7")
+    assert (done.returncode, done.stderr) == (1, "Error: denied in scope 7\n")
+
+
+class Named:
+    """A scope key compared by identity whose ``str`` is its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def guarded_by(*keys: object) -> tr.ToolRegistry:
+    registry = tr.ToolRegistry()
+    for key in keys:
+        registry.scope(key).guard(lambda execution: None)
+    return registry
+
+
+def test_a_str_key_wins_over_another_key_with_the_same_str() -> None:
+    registry = guarded_by(Named("7"), "7")
+    assert resolve_scope(registry, "7") == "7"
+    assert resolve_scope(registry, None) is None
+
+
+def test_two_keys_with_the_same_str_are_ambiguous() -> None:
+    first, second = Named("x"), Named("x")
+    with pytest.raises(UsageError) as raised:
+        resolve_scope(guarded_by(first, second), "x")
+    assert str(raised.value) == (f"scope 'x' is ambiguous: 2 scope keys read 'x' "
+                                 f"({first!r}, {second!r})")

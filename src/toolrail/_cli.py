@@ -2,6 +2,8 @@
 
 Exit codes: 0 success; 1 the call ran and its result is an error; 2 a usage error
 (bad TARGET, unknown tool or scope, arguments that are not JSON, a missing extra).
+``--scope KEY`` must name a scope that has a layer (``ToolRegistry.scopes()``), matched
+by ``str(key)``; any other key is a usage error naming the scopes that exist.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = ["main"]
 
 TARGET_HELP = ("module.path:attribute or path/to/file.py:attribute naming a ToolRegistry "
                "(or a callable returning one)")
+SCOPE_NOTE = "; KEY must name a scope with something registered, restricted or guarded in it"
 FORMATS = ("table", "json", "openai", "anthropic", "gemini", "mcp")
 
 
@@ -53,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="print the tool schemas a scope sees",
                                   description="Print the schemas of the tools a scope sees.")
     listing.add_argument("target", metavar="TARGET", help=TARGET_HELP)
-    listing.add_argument("--scope", metavar="KEY", help="the scope to view (default: global)")
+    listing.add_argument("--scope", metavar="KEY",
+                         help="the scope to view (default: global)" + SCOPE_NOTE)
     listing.add_argument("--format", choices=FORMATS, default="table",
                          help="table (default), json, or a provider's tool format")
 
@@ -64,14 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("name", metavar="NAME", help="the tool to call")
     call.add_argument("arguments", metavar="JSON", nargs="?", default=None,
                       help='the arguments as a JSON object, e.g. \'{"path": "a.txt"}\'')
-    call.add_argument("--scope", metavar="KEY", help="call the tool as this scope sees it")
+    call.add_argument("--scope", metavar="KEY",
+                      help="call the tool as this scope sees it" + SCOPE_NOTE)
     call.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
     serve = commands.add_parser("serve", help="serve the registry's tools over MCP",
                                 description="Serve the tools a scope sees as an MCP server "
                                             "(stdio by default).")
     serve.add_argument("target", metavar="TARGET", help=TARGET_HELP)
-    serve.add_argument("--scope", metavar="KEY", help="serve the tools this scope sees")
+    serve.add_argument("--scope", metavar="KEY",
+                       help="serve the tools this scope sees" + SCOPE_NOTE)
     serve.add_argument("--http", metavar="HOST:PORT",
                        help="serve streamable HTTP on HOST:PORT instead of stdio")
     return parser
@@ -86,18 +92,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._demo import run_demo
 
             return run_demo(auto_approve=args.yes or not sys.stdin.isatty())
+        if args.command is None:
+            parser.print_help()
+            return 2
+        registry = load_target(args.target)
+        scope = resolve_scope(registry, args.scope)  # list, call and serve all take --scope
         if args.command == "list":
-            return _list(load_target(args.target), args.scope, args.format)
+            return _list(registry, scope, args.format)
         if args.command == "call":
-            return _call(load_target(args.target), args.name, args.arguments, args.scope,
-                         args.json)
-        if args.command == "serve":
-            return _serve(load_target(args.target), args.scope, args.http)
+            return _call(registry, args.name, args.arguments, scope, args.json)
+        return _serve(registry, scope, args.http)
     except UsageError as exc:
         print(f"toolrail: {exc}", file=sys.stderr)
         return 2
-    parser.print_help()
-    return 2
 
 
 def load_target(target: str) -> ToolRegistry:
@@ -138,6 +145,31 @@ def load_target(target: str) -> ToolRegistry:
         raise UsageError(f"TARGET {target!r} is a {type(value).__name__}, not a ToolRegistry; "
                          f"TARGET is {TARGET_HELP}")
     return value
+
+
+def resolve_scope(registry: ToolRegistry, given: str | None) -> Hashable | None:
+    """The key of the scope ``--scope`` names; ``UsageError`` naming the scopes that exist.
+
+    A scope exists while it has a layer (``registry.scopes()``): a key with nothing
+    registered, restricted or guarded in it sees exactly the global tools, which for a
+    mistyped key would run what the intended scope hides. A key that is not a ``str``
+    is named by its ``str()``.
+    """
+    if given is None:
+        return None
+    keys = registry.scopes()
+    for key in keys:
+        if isinstance(key, str) and key == given:
+            return key
+    named = [key for key in keys if str(key) == given]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        raise UsageError(f"scope {given!r} is ambiguous: {len(named)} scope keys read "
+                         f"{given!r} ({', '.join(map(repr, named))})")
+    known = ", ".join(str(key) for key in keys) or "(none)"
+    raise UsageError(f"unknown scope {given!r} (nothing is registered, restricted or guarded "
+                     f"in it); scopes: {known}")
 
 
 def _list(registry: ToolRegistry, scope: Hashable | None, form: str) -> int:

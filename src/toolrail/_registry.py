@@ -3,8 +3,10 @@
 One resolver serves every view: a scope sees its own layer first, then the global
 layer minus what its restrictions mask. ``get`` and ``execution_mode`` are O(1) in
 the number of tools and scopes; ``schemas`` is cached per scope and invalidated by a
-version counter. ``Scope`` (``_scope``) is a handle on one scope's layer; the execute
-pipeline lives in ``_pipeline``, the scheduler in ``_scheduler``.
+version counter. ``scopes()`` lists the keys that have a layer (something registered,
+restricted, guarded or scope-only middleware). ``Scope`` (``_scope``) is a handle on
+one scope's layer; the execute pipeline lives in ``_pipeline``, the scheduler in
+``_scheduler``.
 """
 
 from __future__ import annotations
@@ -184,6 +186,24 @@ class ToolRegistry:
             scoped = state.schemas = (self._version, state.version,
                                       [e.schema for _, e in ordered])
         return list(scoped[2])
+
+    def scopes(self) -> list[Hashable]:
+        """The keys of the scopes that have a layer, sorted by ``str(key)``; a new list.
+
+        A scope has a layer while something is registered, restricted, guarded or
+        added (scope-only middleware or observer) through it; a key with none sees
+        exactly the global view. Keys whose ``str`` is equal keep the order their
+        layers were made in.
+
+        >>> registry = ToolRegistry()
+        >>> with registry.scope("writer") as writer:
+        ...     _ = writer.guard(lambda execution: None)
+        ...     registry.scopes()
+        ['writer']
+        >>> registry.scopes()
+        []
+        """
+        return sorted(self._scopes, key=str)
 
     def execution_mode(self, call: ToolCall) -> ExecutionMode:
         """``PARALLEL`` only when the visible tool declares the call safe; never raises."""

@@ -9,11 +9,12 @@ the failure (Anthropic rejects an empty error result outright).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .. import (
     Content,
+    ExecutionToken,
     ImageContent,
     TextContent,
     ToolCall,
@@ -82,15 +83,16 @@ def schema_parts(schema: SchemaLike) -> tuple[str, str, dict[str, Any]]:
     return name, description, thaw(snapshot_json(parameters))
 
 
-def call_from_text(call_id: Any, name: Any, raw: Any, scope: Any) -> ToolCall:
+def call_from_text(call_id: Any, name: Any, raw: Any, *, scope: Hashable | None,
+                   parent: ExecutionToken | None) -> ToolCall:
     """A call from model-emitted arguments: text by ``ToolCall.from_json`` rules.
 
     Arguments that are already parsed (some OpenAI-compatible servers send an object)
     are kept as they are; the pipeline snapshots and validates them like any other.
     """
     if raw is None or isinstance(raw, str):
-        return ToolCall.from_json(call_id, name, raw, scope=scope)
-    return ToolCall(call_id=call_id, name=name, arguments=raw, scope=scope)
+        return ToolCall.from_json(call_id, name, raw, scope=scope, parent=parent)
+    return ToolCall(call_id=call_id, name=name, arguments=raw, scope=scope, parent=parent)
 
 
 def pairs(

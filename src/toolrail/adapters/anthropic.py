@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from anthropic.types import Message, ToolParam, ToolResultBlockParam
     from anthropic.types.tool_result_block_param import Content as BlockParam
 
+    from .. import ExecutionToken
+
 __all__ = ["calls_from_message", "tool_result_blocks", "tools"]
 
 _MediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
@@ -67,13 +69,18 @@ def tools(schemas: Iterable[SchemaLike]) -> list[ToolParam]:
 
 
 def calls_from_message(
-    message: Message | Mapping[str, Any], *, scope: Hashable | None = None
+    message: Message | Mapping[str, Any],
+    *,
+    scope: Hashable | None = None,
+    parent: ExecutionToken | None = None,
 ) -> list[ToolCall]:
     """The ``tool_use`` blocks of an assistant message, in the model's order.
 
     Args:
         message: a ``Message`` or a dict with ``content``.
         scope: the scope every call runs in.
+        parent: the token of the call these calls are nested in (``ctx.token`` of a
+            tool that runs a sub-agent), set on every call.
     """
     if isinstance(field(message, "content"), str):
         return []  # a plain-text turn, as a request param may be written
@@ -87,6 +94,7 @@ def calls_from_message(
                     name=field(block, "name"),
                     arguments={} if arguments is None else arguments,
                     scope=scope,
+                    parent=parent,
                 )
             )
     return calls

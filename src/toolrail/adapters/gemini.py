@@ -57,6 +57,8 @@ if TYPE_CHECKING:
         PartDict,
     )
 
+    from .. import ExecutionToken
+
 __all__ = ["calls_from_response", "function_declarations", "function_responses"]
 
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp"})
@@ -82,13 +84,18 @@ def function_declarations(schemas: Iterable[SchemaLike]) -> list[FunctionDeclara
 
 
 def calls_from_response(
-    response: GenerateContentResponse | Mapping[str, Any], *, scope: Hashable | None = None
+    response: GenerateContentResponse | Mapping[str, Any],
+    *,
+    scope: Hashable | None = None,
+    parent: ExecutionToken | None = None,
 ) -> list[ToolCall]:
     """The ``function_call`` parts of the first candidate, in the model's order.
 
     Args:
         response: a ``GenerateContentResponse`` or a dict with ``candidates``.
         scope: the scope every call runs in.
+        parent: the token of the call these calls are nested in (``ctx.token`` of a
+            tool that runs a sub-agent), set on every call.
     """
     candidates = sequence_field(response, "candidates")
     content = field(candidates[0], "content") if candidates else None
@@ -106,6 +113,7 @@ def calls_from_response(
                 name=name,
                 arguments={} if arguments is None else arguments,
                 scope=scope,
+                parent=parent,
             )
         )
     return calls

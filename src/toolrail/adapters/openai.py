@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from openai.types.responses.response_input_item_param import FunctionCallOutput
     from openai.types.shared_params import FunctionDefinition
 
+    from .. import ExecutionToken
+
 __all__ = [
     "calls_from_chat",
     "calls_from_response",
@@ -136,6 +138,7 @@ def calls_from_chat(
     message: ChatCompletionMessage | Mapping[str, Any],
     *,
     scope: Hashable | None = None,
+    parent: ExecutionToken | None = None,
     schemas: Iterable[SchemaLike] | None = None,
 ) -> list[ToolCall]:
     """The function tool calls of an assistant message, in the model's order.
@@ -144,6 +147,8 @@ def calls_from_chat(
         message: ``completion.choices[0].message`` or a dict with ``tool_calls``; a
             whole completion is a ``TypeError``.
         scope: the scope every call runs in.
+        parent: the token of the call these calls are nested in (``ctx.token`` of a
+            tool that runs a sub-agent), set on every call.
         schemas: the schemas sent as tools; a ``null`` the original schema rejects for
             an optional property is removed (see the module docstring).
     """
@@ -159,7 +164,8 @@ def calls_from_chat(
                 field(tool_call, "id"),
                 field(function, "name"),
                 field(function, "arguments"),
-                scope,
+                scope=scope,
+                parent=parent,
             )
         )
     return restore_absent(calls, schemas)
@@ -169,6 +175,7 @@ def calls_from_response(
     response: Response | Mapping[str, Any],
     *,
     scope: Hashable | None = None,
+    parent: ExecutionToken | None = None,
     schemas: Iterable[SchemaLike] | None = None,
 ) -> list[ToolCall]:
     """The ``function_call`` output items of a response, keyed by their ``call_id``.
@@ -177,7 +184,8 @@ def calls_from_response(
     with ``output``.
     """
     calls = [
-        call_from_text(field(item, "call_id"), field(item, "name"), field(item, "arguments"), scope)
+        call_from_text(field(item, "call_id"), field(item, "name"), field(item, "arguments"),
+                       scope=scope, parent=parent)
         for item in sequence_field(response, "output")
         if field(item, "type") == "function_call"
     ]
