@@ -48,6 +48,7 @@ __all__ = ["body_result", "core"]
 
 _NEVER: Final = CancelSignal.never()
 _BIG: Final = 10**18
+_new = object.__new__
 
 
 async def core(state: CallState, entry: Entry | None) -> ToolResult:
@@ -108,7 +109,11 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
     failure: ToolResult | None = None
     out: Any = None
     task = current_task(loop)
-    body = BodyTask.of(task) if task is not None else None
+    body: BodyTask | None = None
+    if task is not None:  # BodyTask.of(task), without its frame: this is the hot path
+        body = _new(BodyTask)
+        body._task = task
+        body._done = False
     try:
         steps = entry.start(execution._arguments, context)
         if type(steps) is not CoroutineType:

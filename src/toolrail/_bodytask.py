@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 from asyncio import tasks
 from collections.abc import Callable
+from functools import partial
+from operator import setitem
 from typing import Any
 
 __all__ = ["BodyTask", "swap"]
@@ -29,18 +31,21 @@ __all__ = ["BodyTask", "swap"]
 class BodyTask:
     """Stands in for ``task`` while a body's step runs; see the module docstring."""
 
-    # Rarely changed state starts as class attributes: one is made per body invocation.
+    # One is made per body invocation: the task in a slot, and the rarely changed state
+    # as class attributes (an instance dict is made only if one changes).
+    __slots__ = ("__dict__", "__weakref__", "_done", "_task")
+
+    _task: asyncio.Task[Any]
+    _done: bool  # the body has settled: a late cancel() must not reach the task
     _requests = 0  # cancel() calls not yet taken back by uncancel()
     _pending: tuple[str | None] | None = None  # a cancel() to deliver at the next wait
     _delivered = False  # a CancelledError this task asked for has reached the body
-    _done = False  # the body has settled: a late cancel() must not reach the task
-
-    _task: asyncio.Task[Any]
 
     @classmethod
     def of(cls, task: asyncio.Task[Any]) -> BodyTask:
         body = _new(cls)  # no __init__ frame: one is made per call
         body._task = task
+        body._done = False
         return body
 
     def cancel(self, msg: str | None = None) -> bool:
@@ -82,14 +87,9 @@ class BodyTask:
 _new = object.__new__
 
 
-
-def _store(loop: asyncio.AbstractEventLoop, task: Any) -> None:
-    """Make ``task`` the current task of ``loop`` (a ``BodyTask``, or back again)."""
-    _current_tasks[loop] = task
-
-
-# Python 3.12+ swaps the current task in one C call (eager tasks use it); 3.11 keeps
-# the current tasks in the dict that asyncio.current_task() reads.
-swap: Callable[[asyncio.AbstractEventLoop, Any], Any] = getattr(tasks, "_swap_current_task",
-                                                                _store)
-_current_tasks: dict[asyncio.AbstractEventLoop, Any] = getattr(tasks, "_current_tasks", {})
+# ``swap(loop, task)`` makes ``task`` (a ``BodyTask``, or the task again) current. Python
+# 3.12+ does it in one C call (eager tasks use it); 3.11 keeps the current tasks in the
+# dict that ``asyncio.current_task()`` reads (``partial(setitem)``: the cheapest call).
+swap: Callable[[asyncio.AbstractEventLoop, Any], Any] = getattr(
+    tasks, "_swap_current_task", None) or partial(
+        setitem, tasks._current_tasks)  # type: ignore[attr-defined]

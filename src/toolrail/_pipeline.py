@@ -81,7 +81,7 @@ async def execute(
     chains = registry._chains
     # Each stage reads its chain as it stands when it starts (``quiet``: none at all).
     if state.phase == READY:
-        if (not chains.quiet and chains.for_call(PRE, scope)) or state.asks():
+        if (not chains.quiet and chains.for_call(PRE, scope)) or state.asks:
             await decide(registry, state)
         else:
             check_guards(registry, state)
@@ -100,7 +100,7 @@ async def execute(
 def decide_now(registry: ToolRegistry, state: CallState) -> bool:
     """Stages 4-7 when there is no pre-execute middleware to await; else ``False``."""
     chains = registry._chains
-    if (not chains.quiet and chains.for_call(PRE, state.execution._scope)) or state.asks():
+    if (not chains.quiet and chains.for_call(PRE, state.execution._scope)) or state.asks:
         return False
     check_guards(registry, state)
     return True
@@ -148,6 +148,7 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
     state.execution = execution
     state.caller = signal
     state.looked_up = entry
+    state.asks = entry is not None and entry.approval is not None
     state.finalize = None if entry is None else entry.tool.finalize_content
     state.phase = READY
     state.result = None

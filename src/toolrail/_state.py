@@ -26,21 +26,17 @@ class CallState:
     """One call between its stages. ``begin`` fills every slot (without an ``__init__``:
     one call frame less per call)."""
 
-    __slots__ = ("caller", "deferred", "entry", "execution", "finalize", "invoked", "looked_up",
-                 "phase", "result", "trusted")
+    __slots__ = ("asks", "caller", "deferred", "entry", "execution", "finalize", "invoked",
+                 "looked_up", "phase", "result", "trusted")
 
     execution: Execution
     caller: CancelSignal  # the caller's signal (the batch's, in a batch)
     looked_up: Entry | None  # the tool the call's scope saw at stage 1
+    asks: bool  # that tool may require approval: stage 4 awaits (pipeline.md "Approval")
     finalize: Callable[..., Any] | None  # the finalize_content of the tool at stage 1
     phase: int
     result: ToolResult | None
     entry: Entry | None  # stage 8's lookup
-
-    def asks(self) -> bool:
-        """Whether the tool seen at stage 1 may require approval (then stage 4 awaits)."""
-        looked_up = self.looked_up
-        return looked_up is not None and looked_up.approval is not None
     invoked: bool  # the body was invoked
     deferred: list[ContextMessage] | None  # made by the first deferred message
     trusted: bool  # the result was built here, already frozen and consistent
