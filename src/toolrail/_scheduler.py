@@ -252,11 +252,12 @@ class _Driver:
                         raise self.failure
                 if state.phase != READY:
                     slot.settled = True  # denied, failed or never started: no pool slot
-                elif self.dispatching == 0 and (not self.parallel or self.started == total
-                                                or self.max_parallel == 1):
-                    # Alone by construction (an exclusive call, the last call with
-                    # nothing in flight, or a pool of one): no task is needed to overlap
-                    # it with anything.
+                elif self.cursor == slot.index and (not self.parallel or self.started == total
+                                                    or self.max_parallel == 1):
+                    # Alone by construction (an exclusive call, the last call, or a pool
+                    # of one, with every earlier call committed): nothing else can need
+                    # the driver while it runs, so no task is needed. A settled call
+                    # still waiting to commit would need it: then the call gets a task.
                     resolve(self.registry, state)
                     try:
                         await run_dispatch(self.registry, state)
