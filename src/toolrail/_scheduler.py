@@ -26,6 +26,7 @@ from ._pipeline import begin, commit_now, decide, decide_now, resolve, run_dispa
 from ._results import ContextMessage, ToolResult
 from ._state import READY, CallState
 from ._tool import ExecutionMode, ToolCall
+from ._watch import report_callback_error
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -214,7 +215,7 @@ class _Driver:
                 yield Committed(slot.index, self.calls[slot.index], result, started)
         except GeneratorExit:
             # Left early: cancel the batch and commit everything, without yielding.
-            self.batch.cancel("stream closed")
+            self._cancel("stream closed")
             try:
                 while (slot := await self._next()) is not None:
                     self._committed(slot)
@@ -240,8 +241,20 @@ class _Driver:
         if isinstance(exc, asyncio.CancelledError) and exc is not self.failure:
             await self._stop_in_flight(cancel_tasks=True)
         else:
-            self.batch.cancel("the scheduler failed")
+            self._cancel("the scheduler failed")
             await self._stop_in_flight(cancel_tasks=False)
+
+    def _cancel(self, reason: str) -> None:
+        """Cancel the batch from inside the driver, which must go on to wind down.
+
+        Every callback of the batch signal runs (the bodies' signals included); one
+        that raises has nobody's ``cancel()`` to raise from, so its exception goes to
+        the event loop's exception handler.
+        """
+        try:
+            self.batch.cancel(reason)
+        except Exception as exc:
+            report_callback_error(exc)
 
     def _hook(self) -> Callable[[], None]:
         """Start: follow the caller's signal and wake on the batch's; returns the undo."""
