@@ -1050,5 +1050,6 @@ async def test_closing_a_stream_with_a_raising_body_signal_callback_still_winds_
     assert log == ["end c1"]  # nothing left running once aclose() returned
     assert [cid for cid, _ in seen] == ["c0", "c1", "c2"]
     assert seen[2] == ("c2", "ABORTED_BEFORE_DISPATCH")
-    assert len(reported) == 1 and isinstance(reported[0], CallbackFailure)
+    assert len(reported) == 1
+    assert isinstance(reported[0], CallbackFailure)
     assert stream.batch.cancelled is True
