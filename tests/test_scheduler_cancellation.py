@@ -1012,7 +1012,8 @@ async def test_closing_a_stream_with_a_raising_body_signal_callback_still_winds_
     # callback's exception to the loop, not raise it.
     registry = tr.ToolRegistry()
     seen: list[tuple[str, str | None]] = []
-    registry.on_result(lambda e, r: seen.append((e.call_id, None if r.error is None else r.error.code)))
+    registry.on_result(
+        lambda e, r: seen.append((e.call_id, None if r.error is None else r.error.code)))
     entered = asyncio.Event()
     log: list[str] = []
 
