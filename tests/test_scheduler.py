@@ -1086,3 +1086,132 @@ async def test_nothing_the_batch_started_is_still_running_when_run_returns() -> 
 
     assert asyncio.all_tasks() == before
     assert [r.value for r in batch.results] == ["c0", "polite", "threaded", "c3"]
+
+
+async def test_a_settled_call_commits_while_the_last_call_of_the_batch_still_runs() -> None:
+    # Issue 12: c0 settles while c1 (the last call) is in pre-execute; c1 then blocks.
+    # c0 must be yielded before c1 ends: each call commits once it and every earlier
+    # call have settled.
+    lab = Lab()
+    lab.add()
+    lab.release("c0")
+
+    async def hold_c1(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
+        if execution.call_id == "c1":
+            await lab.finished["c0"].wait()
+        return await call_next()
+
+    lab.registry.pre_execute(hold_c1)
+    async with contextlib.aclosing(lab.registry.stream([call(0), call(1)], max_parallel=2)) as s:
+        first = await within(s.__anext__())
+        assert first.index == 0
+        assert lab.commits() == ["c0"]
+        assert "end c1" not in lab.log  # committed while c1's body still runs
+        lab.release("c1")
+        second = await within(s.__anext__())
+    assert second.result.value == "c1"
+
+
+async def test_run_commits_a_settled_call_before_the_last_body_ends() -> None:
+    lab = Lab()
+    lab.add()
+    lab.release("c0")
+
+    async def hold_c1(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
+        if execution.call_id == "c1":
+            await lab.finished["c0"].wait()
+        return await call_next()
+
+    lab.registry.pre_execute(hold_c1)
+    batch = asyncio.ensure_future(lab.registry.run([call(0), call(1)], max_parallel=2))
+    await within(lab.started["c1"].wait())
+    for _ in range(3):
+        await one_turn()
+    assert lab.commits() == ["c0"]
+    lab.release("c1")
+    assert [r.value for r in (await within(batch)).results] == ["c0", "c1"]
+
+
+# ---- CallStream.batch ---------------------------------------------------------------
+
+
+async def test_an_exhausted_streams_batch_is_the_batch_run_would_have_returned() -> None:
+    lab = Lab()
+    lab.add(gated=False, defer=True)
+    calls = [call(0), call(1), call(2)]
+    stream = lab.registry.stream(calls)
+    async with contextlib.aclosing(stream):
+        items = [item async for item in stream]
+    batch = stream.batch
+    assert isinstance(batch, tr.Batch)
+    assert batch.results == tuple(item.result for item in items)
+    assert texts(batch.contexts) == ["from c0", "from c1", "from c2"]
+    assert batch.cancelled is False
+    assert batch.concludes_turn is False
+    ran = await lab.registry.run(calls)
+    assert [r.value for r in ran.results] == [r.value for r in batch.results]
+    assert stream.batch == batch  # the same value each time it is read
+
+
+async def test_a_stream_closed_early_has_a_batch_with_every_call_and_cancelled_set() -> None:
+    lab = Lab()
+    lab.add(gated=False)
+    stream = lab.registry.stream([call(0), call(1), call(2)], max_parallel=1)
+    async with contextlib.aclosing(stream):
+        async for _ in stream:
+            break
+    batch = stream.batch
+    assert batch.cancelled is True
+    assert batch.results[0].value == "c0"
+    for result in batch.results[1:]:
+        assert_error(result, ABORTED_BEFORE, "ABORTED_BEFORE_DISPATCH", "ToolAbortedError")
+
+
+async def test_reading_a_streams_batch_before_it_is_exhausted_raises() -> None:
+    lab = Lab()
+    lab.add(gated=False)
+    stream = lab.registry.stream([call(0), call(1)])
+    with pytest.raises(RuntimeError, match=exactly(
+            "CallStream.batch is available once the stream is exhausted or closed")):
+        _ = stream.batch
+    async with contextlib.aclosing(stream):
+        await within(stream.__anext__())
+        with pytest.raises(RuntimeError, match="once the stream is exhausted or closed"):
+            _ = stream.batch
+        await within(stream.__anext__())
+        with pytest.raises(RuntimeError, match="once the stream is exhausted or closed"):
+            _ = stream.batch  # every call committed, but the stream has not ended yet
+        with pytest.raises(StopAsyncIteration):
+            await within(stream.__anext__())
+    assert len(stream.batch.results) == 2
+
+
+async def test_a_stream_closed_before_it_started_has_no_batch() -> None:
+    lab = Lab()
+    lab.add(gated=False)
+    stream = lab.registry.stream([call(0)])
+    await stream.aclose()
+    with pytest.raises(RuntimeError, match=exactly(
+            "CallStream.batch: the stream was closed before its batch started; "
+            "nothing ran, so there is no Batch")):
+        _ = stream.batch
+    assert lab.log == []
+
+
+async def test_a_stream_whose_scheduler_failed_has_no_batch() -> None:
+    lab = Lab()
+    lab.add(gated=False)
+
+    class Boom(BaseException):
+        """Not an Exception: the pipeline lets it through, a failure of the scheduler."""
+
+    def explode(execution: tr.Execution, result: tr.ToolResult) -> None:
+        raise Boom
+
+    lab.registry.on_result(explode)
+    stream = lab.registry.stream([call(0)])
+    with pytest.raises(Boom):
+        async with contextlib.aclosing(stream):
+            await within(stream.__anext__())
+    with pytest.raises(RuntimeError, match="the batch did not finish"):
+        _ = stream.batch

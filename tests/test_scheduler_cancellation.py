@@ -997,3 +997,60 @@ async def test_a_scheduler_failure_while_a_stream_closes_is_raised_by_aclose() -
     assert asyncio.all_tasks() == before
     with pytest.raises(StopAsyncIteration):
         await within(stream.__anext__())
+
+
+# ---- a raising callback on a running body's signal ------------------------------------
+
+
+@pytest.mark.parametrize("cancellation", ["interrupt", "cooperative"])
+async def test_closing_a_stream_with_a_raising_body_signal_callback_still_winds_down(
+    cancellation: Literal["interrupt", "cooperative"],
+) -> None:
+    # Issue 18: aclose() raised the callback's exception at once, while c1's body still
+    # ran and c2 was never committed. It must wind down as scheduler.md says (c1 awaited
+    # and committed, c2 ABORTED_BEFORE_DISPATCH, one notification each) and report the
+    # callback's exception to the loop, not raise it.
+    registry = tr.ToolRegistry()
+    seen: list[tuple[str, str | None]] = []
+    registry.on_result(
+        lambda e, r: seen.append((e.call_id, None if r.error is None else r.error.code)))
+    entered = asyncio.Event()
+    log: list[str] = []
+
+    class CallbackFailure(Exception):
+        pass
+
+    def raising() -> None:
+        raise CallbackFailure("callback")
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        if ctx.call_id == "c0":
+            return "quick"
+        ctx.signal.add_callback(raising)
+        entered.set()
+        try:
+            await within(ctx.signal.wait())
+            return "stopped"
+        finally:
+            log.append(f"end {ctx.call_id}")
+
+    registry.register(raw_tool("work", body, concurrency_safe=True, cancellation=cancellation))
+    reported: list[BaseException | None] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
+    try:
+        stream = registry.stream([call(0), call(1), call(2)], max_parallel=2)
+        first = await within(stream.__anext__())
+        await within(entered.wait())
+        await within(stream.aclose())
+    finally:
+        loop.set_exception_handler(previous)
+
+    assert first.result.value == "quick"
+    assert log == ["end c1"]  # nothing left running once aclose() returned
+    assert [cid for cid, _ in seen] == ["c0", "c1", "c2"]
+    assert seen[2] == ("c2", "ABORTED_BEFORE_DISPATCH")
+    assert len(reported) == 1
+    assert isinstance(reported[0], CallbackFailure)
+    assert stream.batch.cancelled is True

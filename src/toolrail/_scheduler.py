@@ -26,6 +26,7 @@ from ._pipeline import begin, commit_now, decide, decide_now, resolve, run_dispa
 from ._results import ContextMessage, ToolResult
 from ._state import READY, CallState
 from ._tool import ExecutionMode, ToolCall
+from ._watch import report_callback_error
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -81,15 +82,13 @@ def bind_calls(calls: Iterable[ToolCall], max_parallel: int, signal: CancelSigna
 async def run(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
               max_parallel: int, signal: CancelSignal | None) -> Batch:
     driver = _Driver(registry, calls, scopes, max_parallel, signal)
-    results = await driver.results()
-    contexts = tuple(c for result in results for c in result.contexts)
-    concludes = any(r.concludes_turn for r in results)
-    return Batch(tuple(results), contexts, driver.batch.signal.cancelled, concludes)
+    await driver.run()
+    return driver.final()
 
 
 def stream(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
            max_parallel: int, signal: CancelSignal | None) -> CallStream:
-    return CallStream(_Driver(registry, calls, scopes, max_parallel, signal).committed())
+    return CallStream(_Driver(registry, calls, scopes, max_parallel, signal))
 
 
 class CallStream:
@@ -98,13 +97,35 @@ class CallStream:
     Use it as ``async with contextlib.aclosing(registry.stream(calls)) as s``; leaving
     early cancels the batch like its signal would, and ``aclose()`` returns only once
     every call has its result and notification. The batch starts at the first
-    ``__anext__()``.
+    ``__anext__()``. Once every call has committed (the stream is exhausted, or closed
+    after it started), ``batch`` is the ``Batch`` that ``run`` would have returned.
     """
 
-    __slots__ = ("_agen",)
+    __slots__ = ("_agen", "_driver")
 
-    def __init__(self, agen: AsyncGenerator[Committed, None]) -> None:
-        self._agen = agen
+    def __init__(self, driver: _Driver) -> None:
+        self._driver = driver
+        self._agen = driver.committed()
+
+    @property
+    def batch(self) -> Batch:
+        """The batch's ``Batch``, once every call has committed; else ``RuntimeError``."""
+        driver = self._driver
+        if driver.cursor == len(driver.calls) and driver.ended:
+            return driver.final()
+        if driver.ended:
+            raise RuntimeError(
+                "CallStream.batch: the batch did not finish (the scheduler failed or the "
+                "task iterating the stream was cancelled), so there is no Batch"
+            )
+        if not driver.began and driver.closed:
+            raise RuntimeError(
+                "CallStream.batch: the stream was closed before its batch started; "
+                "nothing ran, so there is no Batch"
+            )
+        raise RuntimeError(
+            "CallStream.batch is available once the stream is exhausted or closed"
+        )
 
     def __aiter__(self) -> CallStream:
         return self
@@ -114,6 +135,7 @@ class CallStream:
 
     async def aclose(self) -> None:
         """Stop the batch: no further call starts; return once every call is committed."""
+        self._driver.closed = True
         await self._agen.aclose()
 
     async def __aenter__(self) -> CallStream:
@@ -157,20 +179,30 @@ class _Driver:
         self.wake = asyncio.Event()
         self.failure: BaseException | None = None
         self.cancelling = False  # the driver is cancelling its dispatch tasks
+        self.results: list[ToolResult] = []  # calls[:cursor]'s final results
+        self.began = False  # the batch has started (a stream's first ``__anext__``)
+        self.ended = False  # ... and stopped, every call committed or not
+        self.closed = False  # a stream's ``aclose()`` was called
 
-    async def results(self) -> list[ToolResult]:
-        """Every call's result, in order (what ``run`` needs: no ``Committed`` items)."""
-        results: list[ToolResult] = []
+    def final(self) -> Batch:
+        """The ``Batch`` of a batch whose calls have all committed."""
+        results = self.results
+        contexts = tuple(c for result in results for c in result.contexts)
+        concludes = any(r.concludes_turn for r in results)
+        return Batch(tuple(results), contexts, self.batch.signal.cancelled, concludes)
+
+    async def run(self) -> None:
+        """Commit every call, in order (what ``run`` needs: no ``Committed`` items)."""
         unhook = self._hook()
         try:
             while (slot := await self._next()) is not None:
-                results.append(self._committed(slot))
+                self._committed(slot)
         except BaseException as exc:
             await self._wind_down(exc)
             raise
         finally:
+            self.ended = True
             unhook()
-        return results
 
     async def committed(self) -> AsyncGenerator[Committed, None]:
         """Each call as it commits, in order (``stream``); closing early cancels the rest."""
@@ -183,7 +215,7 @@ class _Driver:
                 yield Committed(slot.index, self.calls[slot.index], result, started)
         except GeneratorExit:
             # Left early: cancel the batch and commit everything, without yielding.
-            self.batch.cancel("stream closed")
+            self._cancel("stream closed")
             try:
                 while (slot := await self._next()) is not None:
                     self._committed(slot)
@@ -195,6 +227,7 @@ class _Driver:
             await self._wind_down(exc)
             raise
         finally:
+            self.ended = True
             unhook()
 
     async def _wind_down(self, exc: BaseException) -> None:
@@ -208,11 +241,24 @@ class _Driver:
         if isinstance(exc, asyncio.CancelledError) and exc is not self.failure:
             await self._stop_in_flight(cancel_tasks=True)
         else:
-            self.batch.cancel("the scheduler failed")
+            self._cancel("the scheduler failed")
             await self._stop_in_flight(cancel_tasks=False)
 
+    def _cancel(self, reason: str) -> None:
+        """Cancel the batch from inside the driver, which must go on to wind down.
+
+        Every callback of the batch signal runs (the bodies' signals included); one
+        that raises has nobody's ``cancel()`` to raise from, so its exception goes to
+        the event loop's exception handler.
+        """
+        try:
+            self.batch.cancel(reason)
+        except Exception as exc:
+            report_callback_error(exc)
+
     def _hook(self) -> Callable[[], None]:
-        """Follow the caller's signal and wake on the batch's; returns the undo."""
+        """Start: follow the caller's signal and wake on the batch's; returns the undo."""
+        self.began = True
         user = self.user_signal
         unhook = user.add_callback(lambda: self.batch.cancel(user.reason or "cancelled")) \
             if user is not None else None
@@ -252,11 +298,12 @@ class _Driver:
                         raise self.failure
                 if state.phase != READY:
                     slot.settled = True  # denied, failed or never started: no pool slot
-                elif self.dispatching == 0 and (not self.parallel or self.started == total
-                                                or self.max_parallel == 1):
-                    # Alone by construction (an exclusive call, the last call with
-                    # nothing in flight, or a pool of one): no task is needed to overlap
-                    # it with anything.
+                elif self.cursor == slot.index and (not self.parallel or self.started == total
+                                                    or self.max_parallel == 1):
+                    # Alone by construction (an exclusive call, the last call, or a pool
+                    # of one, with every earlier call committed): nothing else can need
+                    # the driver while it runs, so no task is needed. A settled call
+                    # still waiting to commit would need it: then the call gets a task.
                     resolve(self.registry, state)
                     try:
                         await run_dispatch(self.registry, state)
@@ -332,6 +379,7 @@ class _Driver:
         self.cursor = slot.index + 1
         result = slot.state.result
         assert result is not None
+        self.results.append(result)
         return result
 
     async def _stop_in_flight(self, *, cancel_tasks: bool) -> None:
