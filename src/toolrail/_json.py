@@ -221,7 +221,13 @@ def _scalar(value: Any, cls: type) -> Any:
         return str.__str__(value)
     if issubclass(cls, int):
         return int.__int__(value)
-    if issubclass(cls, (list, tuple)) or issubclass(cls, Mapping):
+    if issubclass(cls, (list, tuple)):
+        return _CONTAINER
+    try:
+        mapping = issubclass(cls, Mapping)
+    except Exception:  # the ABC check hashes the class: a metaclass may raise there
+        mapping = False
+    if mapping:
         return _CONTAINER
     name = type_name(cls)
     article = "an" if name[:1].lower() in ("a", "e", "i", "o", "u") else "a"

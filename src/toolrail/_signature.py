@@ -24,7 +24,7 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticUndefined, SchemaValidator, to_jsonable_python
 from pydantic_core import core_schema as cs
 
-from ._errors import ToolArgsError, ToolOutputError
+from ._errors import ToolArgsError, ToolError, ToolOutputError
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json, thaw
 from ._outcome import message_of
@@ -216,7 +216,9 @@ class Signature:
             reasons = "; ".join(violation(e, adapter.core_schema, root="$")
                                 for e in exc.errors())
             raise ToolOutputError(f'tool "{name}" returned invalid output: {reasons}') from None
-        except Exception as exc:  # the value's own code raised while pydantic read it
+        except ToolError:
+            raise  # a validator's own ToolError keeps its code
+        except Exception as exc:  # a validator, or the value's own code, raised
             raise ToolOutputError(f'tool "{name}" returned invalid output: {message_of(exc)}'
                                   ) from exc
         try:
