@@ -170,7 +170,8 @@ def materialize(result: ToolResult) -> ToolResult:
         same = (type(result) is ToolResult and content is result.content
                 and is_error is result.is_error and value is result.value
                 and meta is result.meta and error_info is result.error
-                and concludes is result.concludes_turn and _same(contexts, result.contexts))
+                and concludes is result.concludes_turn
+                and (contexts is result.contexts or _same(contexts, result.contexts)))
     except Exception:
         return error("tool result must be losslessly JSON-serializable")
     if same:
