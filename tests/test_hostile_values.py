@@ -23,7 +23,7 @@ from pydantic import AfterValidator
 
 import toolrail as tr
 
-CallNext = Callable[[], Awaitable[Any]]
+CallNext = Callable[[], Awaitable[tr.ToolResult]]
 Body = Callable[[tr.JsonValue, tr.RunContext], Any]
 
 INVALID = 'tool "t" returned invalid output: value is not lossless JSON: '
@@ -823,3 +823,21 @@ async def test_a_call_whose_name_and_id_compare_hostilely_runs_under_their_plain
     call = tr.ToolCall(call_id=EqRaises("c"), name=EqRaises("t"))
     assert (type(call.call_id), type(call.name)) == (str, str)
     assert lab.registry.execution_mode(call) is tr.ExecutionMode.PARALLEL
+
+
+async def test_an_around_middleware_installing_an_unreadable_signal_gets_a_type_error() -> None:
+    raised: list[BaseException] = []
+    lab = Lab()
+
+    async def around(execution: tr.Execution, call_next: CallNext) -> tr.ToolResult:
+        try:
+            execution.signal = anything(Opaque())
+        except Exception as exc:
+            raised.append(exc)
+        return await call_next()
+
+    lab.registry.around_execute(around)
+
+    assert [r.value for r in await lab.results()] == ["ok"] * 4
+    assert [(type(e), str(e)) for e in raised] == [
+        (TypeError, "signal must be a CancelSignal, got Opaque")] * 4

@@ -95,8 +95,8 @@ class Execution:
                 f"{type(self).__name__}.signal can only be replaced inside around-execute "
                 "middleware"
             )
-        if not isinstance(value, CancelSignal):
-            raise TypeError(f"signal must be a CancelSignal, got {type(value).__name__}")
+        if not issubclass(type(value), CancelSignal):
+            raise TypeError(f"signal must be a CancelSignal, got {type_name(type(value))}")
         self._signal = value
 
     def __repr__(self) -> str:

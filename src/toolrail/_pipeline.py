@@ -220,7 +220,6 @@ async def _walk_pre(chain: tuple[Callable[..., Any], ...], execution: Execution)
     return await at(0)
 
 
-
 async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Allow | Deny | None:
     """The approval table; ``None`` when the call's signal fired while it was pending."""
     name = execution._name
