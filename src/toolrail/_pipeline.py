@@ -326,7 +326,8 @@ def _dispatched(state: CallState, result: ToolResult) -> None:
         state.trusted = True
         state.end(FINAL, error("tool result must be losslessly JSON-serializable"))
         return
-    skipped = plain_str(code) == "ABORTED_BEFORE_DISPATCH"  # a subclass's __eq__ never runs
+    # By its plain value: a str subclass's own __eq__ never runs.
+    skipped = code is not None and plain_str(code) == "ABORTED_BEFORE_DISPATCH"
     state.end(NOT_STARTED if skipped else DISPATCHED, result)
 
 
