@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 from asyncio import current_task
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
@@ -34,6 +33,7 @@ from ._outcome import (
     from_exception,
     frozen_blocks,
     invalid_output,
+    is_awaitable,
     message_of,
     render,
 )
@@ -224,7 +224,7 @@ async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:
         out = await wait_out(future, watch.cancelled_from_outside)
     else:
         out = tool.execute(context._arguments, context)
-    if not inspect.isawaitable(out):
+    if not is_awaitable(out):
         return out
     if tool.cancellation == "cooperative":
         return await wait_out(asyncio.ensure_future(out), watch.cancelled_from_outside)
@@ -237,8 +237,8 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
 
     The result is fully materialized: frozen, lossless and consistent.
     """
-    if entry.check_output is None:
-        kind = type(out)  # the plain values a body returns most: their JSON needs no encoder
+    kind = type(out)  # by type, never isinstance: that reads the value's own __class__
+    if entry.check_output is None:  # the plain values a body returns most: no JSON encoder
         if kind is str:
             return make_result((make_text(out),), False, out, None, None, (), concludes)
         if kind is bool:
@@ -254,11 +254,11 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
         if out is None:
             value: Any = None
             content = ()
-        elif isinstance(out, ToolOutput):
+        elif issubclass(kind, ToolOutput):
             value, content, meta = out.value, out.content, out.meta
-        elif isinstance(out, TextContent | ImageContent):
+        elif issubclass(kind, TextContent | ImageContent):
             value, content = None, (out,)
-        elif _is_content_list(out):
+        elif issubclass(kind, list | tuple) and _is_content_list(out):
             value, content = None, out
         else:
             value = out
@@ -281,10 +281,9 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
     return make_result(content, False, value, None, meta, (), concludes)
 
 
-def _is_content_list(out: Any) -> bool:
-    if not isinstance(out, list | tuple):
-        return False
+def _is_content_list(out: list[Any] | tuple[Any, ...]) -> bool:
+    """A non-empty list or tuple of only ``Content`` (each item judged by its type)."""
     try:
-        return bool(out) and all(isinstance(b, TextContent | ImageContent) for b in out)
+        return bool(out) and all(issubclass(type(b), TextContent | ImageContent) for b in out)
     except Exception:  # unreadable: the snapshot reports it, with its path
         return False

@@ -7,9 +7,8 @@ anything a middleware built, ``finalize_content``, and the observers.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
 from ._chains import POST, RESULT
 from ._decisions import UNSET, Accept, Block
@@ -24,13 +23,14 @@ from ._outcome import (
     error,
     from_exception,
     frozen_blocks,
+    is_awaitable,
     materialize,
     message_of,
     render,
     replace_result,
     safe_repr,
 )
-from ._results import ContextMessage, ErrorInfo, ImageContent, TextContent, ToolResult
+from ._results import Content, ContextMessage, ErrorInfo, ImageContent, TextContent, ToolResult
 from ._state import FINAL, CallState
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["finish", "post_execute"]
 
 _ACCEPT: Final = Accept()
-_DECISIONS: Final = frozenset({Accept, Block})
 
 
 async def post_execute(registry: ToolRegistry, state: CallState) -> None:
@@ -87,7 +86,8 @@ async def _walk_post(chain: tuple[Callable[..., Any], ...], execution: Execution
         if i == last:
             return _ACCEPT
         out = chain[i](execution, result, lambda: at(i + 1))
-        if type(out) not in _DECISIONS and inspect.isawaitable(out):
+        kind = type(out)  # compared by identity: a metaclass's __eq__ or __hash__ never runs
+        if kind is not Accept and kind is not Block and is_awaitable(out):
             out = await out
         if _valid_post(out):
             return out
@@ -105,38 +105,47 @@ def _valid_post(out: Any) -> bool:
 
 
 def _well_formed(out: Any) -> bool:
-    if isinstance(out, Accept):
+    kind = type(out)
+    if issubclass(kind, Accept):
         content = out.content
-        return (content is None or isinstance(content, str) or _is_blocks(content)) and (
+        return (content is None or _is_str(content) or _is_blocks(content)) and (
             _is_contexts(out.contexts))
-    if isinstance(out, Block):
-        return (isinstance(out.feedback, str) or _is_blocks(out.feedback)) and _is_contexts(
+    if issubclass(kind, Block):
+        return (_is_str(out.feedback) or _is_blocks(out.feedback)) and _is_contexts(
             out.contexts)
     return False
 
 
+def _is_str(value: Any) -> TypeGuard[str]:
+    return issubclass(type(value), str)
+
+
 def _is_blocks(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str) and all(
-        isinstance(b, TextContent | ImageContent) for b in value)
+    kind = type(value)
+    return issubclass(kind, Sequence) and not issubclass(kind, str) and all(
+        issubclass(type(b), TextContent | ImageContent) for b in value)
 
 
 def _is_contexts(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str) and all(
-        isinstance(c, ContextMessage) for c in value)
+    kind = type(value)
+    return issubclass(kind, Sequence) and not issubclass(kind, str) and all(
+        issubclass(type(c), ContextMessage) for c in value)
 
 
 def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) -> ToolResult:
-    if isinstance(decision, Block):
-        feedback = decision.feedback
-        blocks = (TextContent(feedback),) if isinstance(feedback, str) else tuple(feedback)
+    if issubclass(type(decision), Block):
+        feedback = cast(Block, decision).feedback
+        # Frozen first: plain str fields and exact blocks, which compare as data.
+        blocks = frozen_blocks((TextContent(feedback),) if _is_str(feedback) else feedback)
         if not blocks or blocks == (TextContent(""),):
             message = "tool result blocked by post-execute policy"
             blocks = (TextContent("Error: " + message),)
         else:
-            message = "\n".join(b.text if isinstance(b, TextContent) else f"[{b.type} content]"
+            message = "\n".join(b.text if type(b) is TextContent else f"[{b.type} content]"
                                 for b in blocks)
         return ToolResult(blocks, True, None, ErrorInfo(message, "BLOCKED"), None,
                           tuple(decision.contexts))
+    decision = cast(Accept, decision)
     has_value = decision.value is not UNSET
     if has_value and decision.content is not None:
         raise Invalid("post-execute Accept cannot replace both value and content")
@@ -150,7 +159,8 @@ def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) 
         return replace_result(result, value=value, content=content, contexts=contexts)
     replacement = decision.content
     if replacement is not None:
-        blocks = (TextContent(replacement),) if isinstance(replacement, str) else tuple(replacement)
+        blocks = ((TextContent(replacement),) if _is_str(replacement)
+                  else tuple(cast(Sequence[Content], replacement)))
         return replace_result(result, content=blocks, contexts=contexts)
     return replace_result(result, contexts=contexts)
 
@@ -185,7 +195,7 @@ def _finalize(finalize: Callable[..., Any], execution: Execution,
     if out is None:
         return result
     try:
-        if not isinstance(out, Sequence) or isinstance(out, str):
+        if not issubclass(type(out), Sequence) or _is_str(out):
             raise ValueError("not a sequence")
         content = frozen_blocks(tuple(out))
     except Exception:
@@ -203,7 +213,7 @@ def _notify(registry: ToolRegistry, observers: tuple[Callable[..., Any], ...],
         except Exception as exc:
             _observer_failed(registry, execution, message_of(exc))
             continue
-        if out is not None and inspect.isawaitable(out):
+        if out is not None and is_awaitable(out):
             discard(out)
             _observer_failed(registry, execution, "observers must be synchronous")
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from ._cancel import CancelController, CancelSignal
-from ._json import JsonValue, snapshot_json
+from ._json import JsonValue, snapshot_json, type_name
 from ._results import Content, ContextMessage, ImageContent, TextContent
 
 __all__ = ["Execution", "ExecutionToken", "RunContext"]
@@ -95,8 +95,8 @@ class Execution:
                 f"{type(self).__name__}.signal can only be replaced inside around-execute "
                 "middleware"
             )
-        if not isinstance(value, CancelSignal):
-            raise TypeError(f"signal must be a CancelSignal, got {type(value).__name__}")
+        if not issubclass(type(value), CancelSignal):
+            raise TypeError(f"signal must be a CancelSignal, got {type_name(type(value))}")
         self._signal = value
 
     def __repr__(self) -> str:
@@ -199,24 +199,26 @@ class RunContext(Execution):
         A ``str`` or content builds a ``ContextMessage`` whose ``source`` defaults to the
         tool's name. Ignored once the body has settled.
         """
-        if isinstance(message, ContextMessage):
-            built = message
+        given: Any = message
+        kind = type(given)  # by type: isinstance would run the message's own code
+        if issubclass(kind, ContextMessage):
+            built = given
         else:
-            if isinstance(message, str):
-                content: tuple[Content, ...] = (TextContent(message),)
-            elif isinstance(message, TextContent | ImageContent):
-                content = (message,)
-            elif isinstance(message, Sequence) and all(
-                isinstance(b, TextContent | ImageContent) for b in message
+            if issubclass(kind, str):
+                content: tuple[Content, ...] = (TextContent(given),)
+            elif issubclass(kind, TextContent | ImageContent):
+                content = (given,)
+            elif issubclass(kind, Sequence) and all(
+                issubclass(type(b), TextContent | ImageContent) for b in given
             ):
-                content = tuple[Any, ...](message)
+                content = tuple[Any, ...](given)
             else:
                 raise TypeError(
                     "defer_context() takes a ContextMessage, a str, a Content or a sequence "
-                    f"of Content, got {type(message).__name__}"
+                    f"of Content, got {type_name(kind)}"
                 )
-            if source is not None and not isinstance(source, str):
-                raise TypeError(f"source must be a str, got {type(source).__name__}")
+            if source is not None and not issubclass(type(source), str):
+                raise TypeError(f"source must be a str, got {type_name(type(source))}")
             built = ContextMessage(content, self.name if source is None else source,
                                    snapshot_json(meta))
         if self._active:

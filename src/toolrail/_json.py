@@ -221,9 +221,15 @@ def _scalar(value: Any, cls: type) -> Any:
         return str.__str__(value)
     if issubclass(cls, int):
         return int.__int__(value)
-    if issubclass(cls, (list, tuple)) or issubclass(cls, Mapping):
+    if issubclass(cls, (list, tuple)):
         return _CONTAINER
-    name = _type_name(cls)
+    try:
+        mapping = issubclass(cls, Mapping)
+    except Exception:  # the ABC check hashes the class: a metaclass may raise there
+        mapping = False
+    if mapping:
+        return _CONTAINER
+    name = type_name(cls)
     article = "an" if name[:1].lower() in ("a", "e", "i", "o", "u") else "a"
     raise _Rejected(f"is {article} {name}")
 
@@ -281,8 +287,8 @@ def _path(stack: list[_Frame]) -> str:
     return "".join(steps)
 
 
-def _type_name(cls: type) -> str:
-    # A metaclass may override __name__; the descriptor on ``type`` cannot lie or raise.
+def type_name(cls: type) -> str:
+    """``cls.__name__`` as ``type`` defines it: a metaclass's override cannot lie or raise."""
     name: str = type.__dict__["__name__"].__get__(cls)
     return name
 
@@ -291,12 +297,12 @@ def _safe_repr(value: object) -> str:
     try:
         text = repr(value)
     except Exception:
-        return f"<{_type_name(type(value))} object>"
+        return f"<{type_name(type(value))} object>"
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _describe(exc: Exception) -> str:
-    name = _type_name(type(exc))
+    name = type_name(type(exc))
     try:
         return f"{name}: {exc}"
     except Exception:
@@ -358,3 +364,64 @@ def _thaw_open(value: Any) -> tuple[Any, Iterator[Any] | None]:
     if cls is tuple or cls is list or isinstance(value, (list, tuple)):
         return [], iter(value)
     return value, None
+
+
+def json_text(value: JsonValue) -> str:
+    """The compact JSON text of a snapshot, at any depth and with ints of any length.
+
+    ``json.dumps`` does it in C, but recursively (a ``RecursionError`` past about a
+    thousand levels) and prints ints through ``int.__repr__`` (a ``ValueError`` past
+    ``sys.get_int_max_str_digits()`` digits); this walk has neither limit.
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        pass
+    parts: list[str] = []
+    stack: list[Iterator[Any]] = [iter((value,))]
+    closers: list[str] = [""]
+    firsts: list[bool] = [True]
+    while stack:
+        for item in stack[-1]:
+            if firsts[-1]:
+                firsts[-1] = False
+            else:
+                parts.append(",")
+            if closers[-1] == "}":
+                key, item = item
+                parts.append(json.dumps(key, ensure_ascii=False) + ":")
+            cls = type(item)
+            if cls is FrozenDict or cls is dict:
+                parts.append("{")
+                stack.append(iter(item.items()))
+                closers.append("}")
+            elif cls is tuple or cls is list:
+                parts.append("[")
+                stack.append(iter(item))
+                closers.append("]")
+            elif cls is int:
+                parts.append(_digits(item))
+                continue
+            else:
+                parts.append(json.dumps(item, ensure_ascii=False))
+                continue
+            firsts.append(True)
+            break
+        else:
+            stack.pop()
+            firsts.pop()
+            parts.append(closers.pop())
+    return "".join(parts)
+
+
+def _digits(number: int) -> str:
+    """``int.__repr__`` without the digit limit (for the rare int longer than it)."""
+    try:
+        return int.__repr__(number)
+    except ValueError:
+        pass
+    if number < 0:
+        return "-" + _digits(-number)
+    half = int(number.bit_length() * 0.30103) // 2  # about half its decimal digits
+    high, low = divmod(number, 10**half)
+    return _digits(high) + _digits(low).rjust(half, "0")

@@ -8,13 +8,15 @@ a frozen, lossless, consistent ``ToolResult``.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from operator import is_
+from types import CoroutineType, GeneratorType
+from typing import Any, TypeGuard, cast
 
 from ._errors import ToolError
-from ._json import JsonValue, snapshot_json
+from ._json import JsonValue, snapshot_json, type_name
 from ._results import (
     Content,
     ContextMessage,
@@ -36,8 +38,10 @@ __all__ = [
     "from_exception",
     "frozen_blocks",
     "invalid_output",
+    "is_awaitable",
     "materialize",
     "message_of",
+    "plain_str",
     "render",
     "replace_result",
     "safe_repr",
@@ -73,17 +77,23 @@ def invalid_output(name: str, reason: str) -> ToolResult:
                  "ToolOutputError")
 
 
+# Values a tool, a middleware or an observer hands over are inspected by their type
+# only (``type(x)``, ``issubclass``), never by ``isinstance``: that falls back to
+# reading ``x.__class__``, which runs the value's own ``__getattribute__``.
+
+
 def from_exception(exc: BaseException) -> ToolResult:
     """The error result for an exception raised anywhere in the pipeline."""
-    if isinstance(exc, Invalid):
+    kind = type(exc)
+    if issubclass(kind, Invalid):
         return error(message_of(exc))
     code = None
-    if isinstance(exc, ToolError):
+    if issubclass(kind, ToolError):
         try:
-            code = exc.code if isinstance(exc.code, str) else None
+            code = plain_str(cast(ToolError, exc).code)
         except Exception:
             code = None
-    return error(message_of(exc), code, type(exc).__name__)
+    return error(message_of(exc), code, type_name(kind))
 
 
 def message_of(exc: BaseException) -> str:
@@ -92,7 +102,9 @@ def message_of(exc: BaseException) -> str:
         text = str(exc)
     except Exception:
         return "<unprintable thrown value>"
-    return text or type(exc).__name__
+    if type(text) is not str:
+        text = str.__str__(text)  # a str subclass: its plain value, nothing it could do
+    return text or type_name(type(exc))
 
 
 def safe_repr(value: Any) -> str:
@@ -100,8 +112,29 @@ def safe_repr(value: Any) -> str:
     try:
         text = repr(value)
     except Exception:
-        return f"<{type(value).__name__} object>"
-    return text if isinstance(text, str) else f"<{type(value).__name__} object>"
+        return f"<{type_name(type(value))} object>"
+    return text if type(text) is str else str.__str__(text)
+
+
+def plain_str(value: Any) -> str | None:
+    """A ``str`` (or subclass) as a plain ``str``; ``None`` for anything else."""
+    kind = type(value)
+    if kind is str:
+        return value  # type: ignore[no-any-return]
+    return str.__str__(value) if issubclass(kind, str) else None
+
+
+def is_awaitable(value: Any) -> TypeGuard[Awaitable[Any]]:
+    """``inspect.isawaitable``, judged by the type alone: it never runs the value's code."""
+    kind = type(value)
+    if kind is CoroutineType:
+        return True
+    try:
+        if kind is GeneratorType:
+            return bool(value.gi_code.co_flags & 0x100)  # CO_ITERABLE_COROUTINE
+        return issubclass(kind, Awaitable)
+    except Exception:  # a metaclass that will not say
+        return False
 
 
 def render(value: JsonValue) -> tuple[TextContent, ...]:
@@ -132,16 +165,26 @@ def materialize(result: ToolResult) -> ToolResult:
                 error_info = ErrorInfo(text_of(content))
         else:
             error_info = None
+        # Compared by identity: an equality check would run the foreign fields' own
+        # __eq__ (or recurse through a deep meta).
+        same = (type(result) is ToolResult and content is result.content
+                and is_error is result.is_error and value is result.value
+                and meta is result.meta and error_info is result.error
+                and concludes is result.concludes_turn
+                and (contexts is result.contexts or _same(contexts, result.contexts)))
     except Exception:
         return error("tool result must be losslessly JSON-serializable")
-    if (type(result) is ToolResult and content is result.content and is_error is result.is_error
-            and value is result.value and meta is result.meta and error_info is result.error
-            and concludes is result.concludes_turn and contexts == result.contexts):
+    if same:
         return result
     return make_result(content, is_error, value, error_info, meta, contexts, concludes)
 
 
+def _same(mine: tuple[Any, ...], theirs: Any) -> bool:
+    return type(theirs) is tuple and len(mine) == len(theirs) and all(map(is_, mine, theirs))
+
+
 def _valid_error(info: Any) -> bool:
+    # ErrorInfo stores a str subclass as a plain str: any other type is not valid.
     return (type(info) is ErrorInfo and type(info.message) is str
             and (info.code is None or type(info.code) is str)
             and (info.type is None or type(info.type) is str))
@@ -152,30 +195,33 @@ def frozen_blocks(blocks: Any) -> tuple[Content, ...]:
     if type(blocks) is tuple and all(type(b) is TextContent and type(b.text) is str
                                      for b in blocks):
         return blocks
-    if isinstance(blocks, str | bytes) or not isinstance(blocks, Sequence):
-        raise ValueError(f"content must be a sequence of Content, got {type(blocks).__name__}")
+    kind = type(blocks)
+    if issubclass(kind, str | bytes) or not issubclass(kind, Sequence):
+        raise ValueError("content must be a sequence of Content")
     out: list[Content] = []
     for block in blocks:
-        if isinstance(block, TextContent):
-            out.append(make_text(_plain_str(block.text)))
-        elif isinstance(block, ImageContent):
-            out.append(ImageContent(_plain_str(block.data), _plain_str(block.mime_type)))
+        kind = type(block)
+        if issubclass(kind, TextContent):
+            out.append(make_text(_field_str(block.text)))
+        elif issubclass(kind, ImageContent):
+            out.append(ImageContent(_field_str(block.data), _field_str(block.mime_type)))
         else:
-            raise ValueError(f"not content: {type(block).__name__}")
+            raise ValueError("not content")
     return tuple(out)
 
 
-def _plain_str(value: Any) -> str:
-    if not isinstance(value, str):
+def _field_str(value: Any) -> str:
+    text = plain_str(value)
+    if text is None:
         raise ValueError("content fields must be str")
-    return str.__str__(value)
+    return text
 
 
 def _frozen_context(context: Any) -> ContextMessage:
-    if not isinstance(context, ContextMessage):
-        raise ValueError(f"not a ContextMessage: {type(context).__name__}")
+    if not issubclass(type(context), ContextMessage):
+        raise ValueError("not a ContextMessage")
     content = frozen_blocks(context.content)
-    source = _plain_str(context.source)
+    source = _field_str(context.source)
     meta = snapshot_json(context.meta)
     if (type(context) is ContextMessage and content is context.content
             and source is context.source and meta is context.meta):
@@ -185,7 +231,7 @@ def _frozen_context(context: Any) -> ContextMessage:
 
 def text_of(content: tuple[Content, ...]) -> str:
     """The text blocks joined with ``"\\n"``."""
-    return "\n".join(b.text for b in content if isinstance(b, TextContent))
+    return "\n".join(b.text for b in content if type(b) is TextContent)
 
 
 def replace_result(result: ToolResult, **changes: Any) -> ToolResult:
@@ -200,8 +246,10 @@ def replace_result(result: ToolResult, **changes: Any) -> ToolResult:
 
 
 def discard(value: Any) -> None:
-    """Close a coroutine or cancel a future nobody will await."""
-    if inspect.iscoroutine(value):
+    """Close a coroutine or cancel a future nobody will await (it never raises)."""
+    kind = type(value)
+    if kind is CoroutineType:
         value.close()
-    elif isinstance(value, asyncio.Future):
-        value.cancel()
+    elif issubclass(kind, asyncio.Future):
+        with contextlib.suppress(Exception):  # a subclass's own cancel(): nobody to tell
+            value.cancel()

@@ -19,9 +19,8 @@ chain more than once. Stages with no middleware take no ``await`` at all.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable, Hashable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ._body import core
 from ._cancel import CancelSignal
@@ -36,6 +35,8 @@ from ._outcome import (
     discard,
     error,
     from_exception,
+    is_awaitable,
+    plain_str,
     replace_result,
     safe_repr,
 )
@@ -228,20 +229,18 @@ async def _walk_pre(chain: tuple[Callable[..., Any], ...], execution: Execution)
         if i == last:
             return _ALLOW
         out = chain[i](execution, lambda: at(i + 1))
-        if type(out) not in _DECISIONS and inspect.isawaitable(out):
+        kind = type(out)  # compared by identity: a metaclass's __eq__ or __hash__ never runs
+        if kind is not Allow and kind is not Deny and kind is not Ask and is_awaitable(out):
             out = await out
-        kind = type(out)
+            kind = type(out)
         if kind is Allow or (kind is Ask and out.reason is None):
             return out
-        if (kind is Deny or kind is Ask) and isinstance(out.reason, str):
+        if (kind is Deny or kind is Ask) and issubclass(type(out.reason), str):
             return out if type(out.reason) is str else kind(str.__str__(out.reason))
         discard(out)
         raise Invalid(f"pre-execute middleware returned {safe_repr(out)}, not Allow, Deny or Ask")
 
     return await at(0)
-
-
-_DECISIONS: Final = frozenset({Allow, Deny, Ask})
 
 
 async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Allow | Deny | None:
@@ -259,7 +258,7 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
     request = ApprovalRequest(execution._call_id, name, execution._arguments, execution._scope,
                               ask.reason, signal)
     outcome = approver(request)
-    if inspect.isawaitable(outcome):
+    if is_awaitable(outcome):
         watch = Watch()
         if signal is not _NEVER:
             watch.follow(signal)
@@ -277,7 +276,7 @@ async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Al
             return None
     try:
         # read by its value, like reasons: a str subclass cannot lie through __eq__
-        answer = ApprovalOutcome(str.__str__(outcome)) if isinstance(outcome, str) else None
+        answer = ApprovalOutcome(str.__str__(outcome)) if issubclass(type(outcome), str) else None
     except ValueError:
         answer = None
     if answer is ApprovalOutcome.ALLOWED_ONCE:
@@ -297,7 +296,7 @@ def _run_guards(guards: tuple[Any, ...], execution: Execution) -> str | None:
         verdict = guard.fn(execution)
         if verdict is None:
             continue
-        if isinstance(verdict, str):
+        if issubclass(type(verdict), str):
             return str.__str__(verdict)
         discard(verdict)
         raise Invalid(
@@ -345,14 +344,14 @@ def _dispatched(state: CallState, result: ToolResult) -> None:
             state.trusted = False
             result = replace_result(result, contexts=(*state.deferred, *result.contexts))
         info = result.error
+        code = info.code if type(info) is ErrorInfo else None
     except Exception:  # a middleware's result whose fields cannot be read
         state.trusted = True
         state.end(FINAL, error("tool result must be losslessly JSON-serializable"))
         return
-    # A body that ran (in an earlier attempt of a retry, say) was dispatched, whatever
-    # an around-execute middleware then made of it.
-    skipped = (type(info) is ErrorInfo and info.code == "ABORTED_BEFORE_DISPATCH"
-               and not state.invoked)
+    # By its plain value: a str subclass's own __eq__ never runs. (A retry's attempt
+    # after the stop gets ABORTED from the core once the body ran: see ``core``.)
+    skipped = code is not None and plain_str(code) == "ABORTED_BEFORE_DISPATCH"
     state.end(NOT_STARTED if skipped else DISPATCHED, result)
 
 
@@ -364,10 +363,10 @@ async def _walk_around(chain: tuple[Callable[..., Any], ...], execution: Executi
         if i == last:
             return await innermost()
         out = chain[i](execution, lambda: at(i + 1))
-        if type(out) is not ToolResult and inspect.isawaitable(out):
+        if type(out) is not ToolResult and is_awaitable(out):
             out = await out
-        if isinstance(out, ToolResult):
-            return out
+        if issubclass(type(out), ToolResult):
+            return cast(ToolResult, out)
         discard(out)
         raise Invalid(f"around-execute middleware returned {safe_repr(out)}, not a ToolResult")
 

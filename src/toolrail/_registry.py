@@ -207,7 +207,7 @@ class ToolRegistry:
 
     def execution_mode(self, call: ToolCall) -> ExecutionMode:
         """``PARALLEL`` only when the visible tool declares the call safe; never raises."""
-        if not isinstance(call, ToolCall):
+        if not issubclass(type(call), ToolCall):  # isinstance would run call's own code
             return ExecutionMode.EXCLUSIVE
         return self._mode(call, call.scope)
 

@@ -47,6 +47,15 @@ class ErrorInfo:
     code: str | None = None
     type: str | None = None
 
+    def __post_init__(self) -> None:
+        # A str subclass (a StrEnum, say) is stored as its plain value: the result it
+        # is part of is frozen, and must not be changeable through a field.
+        for name in ("message", "code", "type"):
+            value = object.__getattribute__(self, name)
+            kind = type(value)
+            if kind is not str and value is not None and issubclass(kind, str):
+                object.__setattr__(self, name, str.__str__(value))
+
 
 @dataclass(frozen=True, slots=True)
 class ContextMessage:

@@ -24,9 +24,10 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticUndefined, SchemaValidator, to_jsonable_python
 from pydantic_core import core_schema as cs
 
-from ._errors import ToolArgsError, ToolOutputError
+from ._errors import ToolArgsError, ToolError, ToolOutputError
 from ._execution import RunContext
-from ._json import FrozenDict, JsonValue, snapshot_json, thaw
+from ._json import FrozenDict, JsonValue, json_text, snapshot_json, thaw
+from ._outcome import message_of
 from ._results import ImageContent, TextContent, ToolOutput
 from ._schemas import CONTAINERS, MODELS, has_schema, tidy, violation
 
@@ -149,7 +150,9 @@ class Signature:
                                 violations=('"arguments" must be an object',))
         try:
             if self.strict:
-                validated = self.validator.validate_json(json.dumps(arguments), strict=True,
+                # Printed without json.dumps's limits: a 5 000-deep object or a 4 301-digit
+                # int is for the validator to judge (as an INVALID_ARGS violation).
+                validated = self.validator.validate_json(json_text(arguments), strict=True,
                                                          extra=self.extra)
             elif (quick := self.quick) is not None and (
                     (names := self.names) is None or names.issuperset(arguments)):
@@ -205,7 +208,7 @@ class Signature:
         if type(value) is self.plain_return:
             return value  # a str, int or bool for that very annotation: nothing to convert
         adapter = self.output
-        if adapter is None or isinstance(value, _CONTENT_TYPES) or _is_content_list(value):
+        if adapter is None or issubclass(type(value), _CONTENT_TYPES) or _is_content_list(value):
             return value
         try:
             checked = adapter.validate_python(value, strict=self.strict)
@@ -213,10 +216,16 @@ class Signature:
             reasons = "; ".join(violation(e, adapter.core_schema, root="$")
                                 for e in exc.errors())
             raise ToolOutputError(f'tool "{name}" returned invalid output: {reasons}') from None
+        except ToolError:
+            raise  # a validator's own ToolError keeps its code
+        except Exception as exc:  # a validator, or the value's own code, raised
+            raise ToolOutputError(f'tool "{name}" returned invalid output: {message_of(exc)}'
+                                  ) from exc
         try:
             return adapter.dump_python(checked, mode="json", by_alias=True)
         except Exception as exc:
-            raise ToolOutputError(f'tool "{name}" returned invalid output: {exc}') from exc
+            raise ToolOutputError(f'tool "{name}" returned invalid output: {message_of(exc)}'
+                                  ) from exc
 
 
 # ---- annotations and per-type schemas -----------------------------------------------
@@ -253,8 +262,15 @@ def _is_content_annotation(annotation: Any) -> bool:
 
 
 def _is_content_list(value: Any) -> bool:
-    return (isinstance(value, list | tuple) and bool(value)
-            and all(isinstance(b, TextContent | ImageContent) for b in value))
+    """A non-empty list or tuple of only ``Content``, judged by types (never ``isinstance``,
+    which reads a value's own ``__class__``)."""
+    if not issubclass(type(value), list | tuple):
+        return False
+    try:
+        return bool(value) and all(issubclass(type(b), TextContent | ImageContent)
+                                   for b in value)
+    except Exception:  # unreadable: the validator reports it
+        return False
 
 
 def _memoized(cached: Callable[[Any], _T], annotation: Any) -> _T:

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._cancel import CancelSignal
-from ._json import FrozenDict, JsonValue, thaw
+from ._json import FrozenDict, JsonValue, thaw, type_name
 
 if TYPE_CHECKING:
     from ._execution import Execution, ExecutionToken, RunContext
@@ -75,10 +75,15 @@ class ToolCall:
     signal: CancelSignal | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.call_id, str):
-            raise TypeError(f"ToolCall.call_id must be a str, got {type(self.call_id).__name__}")
-        if not isinstance(self.name, str):
-            raise TypeError(f"ToolCall.name must be a str, got {type(self.name).__name__}")
+        # Checked by type, and a str subclass kept as its plain value: the registry looks
+        # the name up and compares it, which must never run the caller's own __eq__.
+        for label in ("call_id", "name"):
+            value = getattr(self, label)
+            kind = type(value)
+            if kind is not str:
+                if not issubclass(kind, str):
+                    raise TypeError(f"ToolCall.{label} must be a str, got {type_name(kind)}")
+                object.__setattr__(self, label, str.__str__(value))
         if self.signal is not None and not isinstance(self.signal, CancelSignal):
             raise TypeError(
                 f"ToolCall.signal must be a CancelSignal or None, got {type(self.signal).__name__}"
