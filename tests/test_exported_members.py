@@ -10,7 +10,7 @@ EXPECTED = [
     "CancelSignal", "Committed", "Content",
     "ContextMessage", "Deny", "Disposer", "ErrorInfo", "Execution", "ExecutionMode",
     "ExecutionToken", "FrozenDict", "Guard", "ImageContent", "JsonValue", "PostDecision",
-    "PostMiddleware", "PreDecision", "PreMiddleware", "ResultObserver", "RunContext", "Scope",
+    "PostMiddleware", "PreDecision", "PreMiddleware", "Progress", "ResultObserver", "RunContext", "Scope",
     "TextContent", "Tool", "ToolAbortedError", "ToolArgsError", "ToolCall", "ToolError",
     "ToolNotFoundError", "ToolOutput", "ToolOutputError", "ToolRegistry", "ToolResult",
     "ToolSchema", "ToolTimeoutError", "snapshot_json", "thaw", "tool",

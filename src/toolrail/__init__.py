@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._execution import Execution, ExecutionToken, RunContext
 from ._json import MISSING, FrozenDict, JsonValue, snapshot_json, thaw
+from ._progress import Progress
 from ._registry import ToolRegistry
 from ._results import (
     Content,
@@ -83,6 +84,7 @@ __all__ = [
     "PostMiddleware",
     "PreDecision",
     "PreMiddleware",
+    "Progress",
     "ResultObserver",
     "RunContext",
     "Scope",

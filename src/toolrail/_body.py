@@ -63,7 +63,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     installed = execution._signal
     state.invoked = True
     # A typed function without a RunContext parameter never sees one: none is made.
-    context = None if entry.context_free else RunContext(execution, caller)
+    context = None if entry.context_free else RunContext(execution, caller, state.registry)
     if entry.fast and not installed.cancelled:
         return await _awaited(state, entry, context)
     watch = _watch(state, entry, context, None)
@@ -218,7 +218,7 @@ async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:
     tool = entry.tool
     context.signal  # made now, on the loop: a worker thread must not create it  # noqa: B018
     if entry.kind == "thread":
-        loop = asyncio.get_running_loop()
+        loop = context._loop = asyncio.get_running_loop()  # for report_progress
         future = loop.run_in_executor(None, contextvars.copy_context().run, tool.execute,
                                       context._arguments, context)
         out = await wait_out(future, watch.cancelled_from_outside)

@@ -1,4 +1,4 @@
-"""The four ordered chains: pre-execute, around-execute, post-execute and observers.
+"""The ordered chains: pre-execute, around-execute, post-execute, observers, progress.
 
 Each stage keeps one list of registrations, outermost first, interleaving the
 registry's and every scope's in registration order (``prepend`` puts one at the very
@@ -14,7 +14,7 @@ from typing import Any, Final, TypeAlias
 
 from ._disposer import Disposer
 
-__all__ = ["AROUND", "POST", "PRE", "RESULT", "Chains", "Stage"]
+__all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage"]
 
 # The stages, as plain ints: the hot path reads one per stage, and an enum member costs
 # a class attribute lookup each time.
@@ -23,6 +23,7 @@ PRE: Final = 0
 AROUND: Final = 1
 POST: Final = 2
 RESULT: Final = 3
+PROGRESS: Final = 4  # on_progress listeners (``_progress``)
 
 
 class _Link:
@@ -42,10 +43,11 @@ class Chains:
         # No pre-, around- or post-execute middleware at all, in any scope: a call
         # without any (the common case) reads this instead of looking up three chains.
         self.quiet = True
-        self._links: list[list[_Link]] = [[], [], [], []]
-        self._every: list[tuple[Callable[..., Any], ...]] = [(), (), (), ()]
-        self._scoped: list[dict[Hashable, int]] = [{}, {}, {}, {}]
-        self._cache: list[dict[Hashable, tuple[Callable[..., Any], ...]]] = [{}, {}, {}, {}]
+        self._links: list[list[_Link]] = [[] for _ in range(5)]
+        self._every: list[tuple[Callable[..., Any], ...]] = [() for _ in range(5)]
+        self._scoped: list[dict[Hashable, int]] = [{} for _ in range(5)]
+        self._cache: list[dict[Hashable, tuple[Callable[..., Any], ...]]] = [
+            {} for _ in range(5)]
 
     def add(self, stage: Stage, fn: Callable[..., Any], scope: Hashable | None,
             prepend: bool) -> Disposer:

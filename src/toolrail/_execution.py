@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cancel import CancelController, CancelSignal
 from ._json import JsonValue, snapshot_json, type_name
+from ._progress import Progress, checked_progress, deliver
 from ._results import Content, ContextMessage, ImageContent, TextContent
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
 
 __all__ = ["Execution", "ExecutionToken", "RunContext"]
 
@@ -104,16 +108,17 @@ class Execution:
 
 
 class RunContext(Execution):
-    """What a tool body receives: the execution's fields, the body signal, and two effects.
+    """What a tool body receives: the execution's fields, the body signal, and three effects.
 
-    ``defer_context`` and ``conclude_turn`` take effect only while this body
-    invocation runs; they may be called from a worker thread.
+    ``defer_context``, ``conclude_turn`` and ``report_progress`` take effect only while
+    this body invocation runs; they may be called from a worker thread.
     """
 
-    __slots__ = ("_active", "_caller", "_concludes", "_controller", "_deferred", "_fired",
-                 "_followed", "_installed")
+    __slots__ = ("_active", "_caller", "_concludes", "_controller", "_deferred", "_execution",
+                 "_fired", "_followed", "_installed", "_loop", "_registry")
 
-    def __init__(self, execution: Execution, caller: CancelSignal | None = None) -> None:
+    def __init__(self, execution: Execution, caller: CancelSignal | None = None,
+                 registry: ToolRegistry | None = None) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
         self._name = execution._name
@@ -121,6 +126,9 @@ class RunContext(Execution):
         self._scope = execution._scope
         self._parent = execution._parent
         self._signal_writable = False
+        self._execution = execution
+        self._registry = registry
+        self._loop: asyncio.AbstractEventLoop | None = None  # set for a worker thread's body
         self._active = True
         self._concludes = False
         self._deferred: list[ContextMessage] = []
@@ -223,6 +231,29 @@ class RunContext(Execution):
                                    snapshot_json(meta))
         if self._active:
             self._deferred.append(built)
+
+    def report_progress(self, progress: float, total: float | None = None,
+                        message: str | None = None) -> None:
+        """Tell the registry's ``on_progress`` listeners how far this call has got.
+
+        ``progress`` and ``total`` are finite numbers (``total`` when known), ``message``
+        a short text. Bad values raise ``TypeError``/``ValueError`` here. Ignored once the
+        body has settled; never stored, never part of the result. From a worker thread
+        the report is delivered on the event loop's thread.
+        """
+        report = checked_progress(progress, total, message)
+        registry = self._registry
+        if not self._active or registry is None:
+            return
+        loop = self._loop
+        if loop is not None and not _on_a_loop():
+            loop.call_soon_threadsafe(self._deliver, registry, report)
+        else:
+            deliver(registry, self._execution, report)
+
+    def _deliver(self, registry: ToolRegistry, report: Progress) -> None:
+        if self._active:
+            deliver(registry, self._execution, report)
 
     def conclude_turn(self) -> None:
         """Mark this invocation's success as concluding the model's turn."""

@@ -147,6 +147,7 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
     execution._signal_writable = False
     state = _new(CallState)
     state.execution = execution
+    state.registry = registry
     state.caller = signal
     state.looked_up = entry
     state.asks = entry is not None and entry.approval is not None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _pipeline, _scheduler
 from ._cancel import CancelSignal
-from ._chains import AROUND, POST, PRE, RESULT, Chains
+from ._chains import AROUND, POST, PRE, PROGRESS, RESULT, Chains
 from ._decisions import Approver
 from ._disposer import Disposer
 from ._entry import Entry
@@ -28,6 +28,7 @@ from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 
 if TYPE_CHECKING:
     from ._execution import Execution
+    from ._progress import Progress
     from ._results import ToolResult
     from ._types import Guard
 
@@ -144,6 +145,15 @@ class ToolRegistry:
                   prepend: bool = False) -> Disposer:
         """Add a synchronous observer of every final result."""
         return self._chains.add(RESULT, observer, None, prepend)
+
+    def on_progress(self, listener: Callable[[Execution, Progress], None], *,
+                    prepend: bool = False) -> Disposer:
+        """Add a synchronous listener of the progress bodies report (``report_progress``).
+
+        Like a result observer added here, it hears every call; one added through a
+        scope hears only that scope's calls. Progress is never stored.
+        """
+        return self._chains.add(PROGRESS, listener, None, prepend)
 
     def on_change(self, listener: Callable[[], None]) -> Disposer:
         """Call ``listener()`` after every change of tools or restrictions."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _pipeline, _scheduler
 from ._cancel import CancelSignal
-from ._chains import AROUND, POST, PRE, RESULT, Stage
+from ._chains import AROUND, POST, PRE, PROGRESS, RESULT, Stage
 from ._disposer import Disposer
 from ._scheduler import Batch, CallStream, bind_calls
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
@@ -95,6 +95,11 @@ class Scope:
     def on_result(self, o: Any, *, prepend: bool = False, all_scopes: bool = False) -> Disposer:
         """Add a result observer for this scope's calls."""
         return self._add(RESULT, o, prepend, all_scopes)
+
+    def on_progress(self, listener: Any, *, prepend: bool = False,
+                    all_scopes: bool = False) -> Disposer:
+        """Add a listener of the progress this scope's calls report."""
+        return self._add(PROGRESS, listener, prepend, all_scopes)
 
     def on_change(self, listener: Callable[[], None]) -> Disposer:
         """Call ``listener()`` after every registry change (not filtered by scope)."""

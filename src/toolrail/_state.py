@@ -11,6 +11,7 @@ from ._results import ContextMessage, ToolResult
 
 if TYPE_CHECKING:
     from ._entry import Entry
+    from ._registry import ToolRegistry
 
 __all__ = ["DENIED", "DISPATCHED", "FINAL", "NOT_STARTED", "READY", "CallState"]
 
@@ -27,9 +28,10 @@ class CallState:
     one call frame less per call)."""
 
     __slots__ = ("asks", "caller", "deferred", "entry", "execution", "finalize", "invoked",
-                 "looked_up", "phase", "result", "trusted")
+                 "looked_up", "phase", "registry", "result", "trusted")
 
     execution: Execution
+    registry: ToolRegistry  # the registry running the call
     caller: CancelSignal  # the caller's signal (the batch's, in a batch)
     looked_up: Entry | None  # the tool the call's scope saw at stage 1
     asks: bool  # that tool may require approval: stage 4 awaits (pipeline.md "Approval")

@@ -1,0 +1,69 @@
+"""Progress a tool body reports while it runs: ``Progress`` and its delivery.
+
+``RunContext.report_progress(progress, total=None, message=None)`` hands one
+``Progress`` to the ``on_progress`` listeners the call's scope sees (the registry's,
+and those added through that scope, in registration order, as observers are filtered).
+Listeners are synchronous and run on the event loop's thread: a report from a worker
+thread is delivered there, in order. Progress is never stored and never part of the
+result; a listener that raises (or returns an awaitable) is logged once at WARNING on
+the registry's logger and the others still run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._chains import PROGRESS
+from ._outcome import discard, is_awaitable, message_of
+
+if TYPE_CHECKING:
+    from ._execution import Execution
+    from ._registry import ToolRegistry
+
+__all__ = ["Progress", "checked_progress", "deliver"]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One progress report: ``progress`` so far, of ``total`` when known."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+def checked_progress(progress: Any, total: Any, message: Any) -> Progress:
+    """A ``Progress`` from a body's arguments, or ``TypeError``/``ValueError`` saying why."""
+    for name, number in (("progress", progress), ("total", total)):
+        if number is None and name == "total":
+            continue
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise TypeError(f"report_progress() {name} must be a number, got "
+                            f"{type(number).__name__}")
+        if not math.isfinite(number):
+            raise ValueError(f"report_progress() {name} must be finite, got {number!r}")
+    if message is not None and not isinstance(message, str):
+        raise TypeError(f"report_progress() message must be a str or None, got "
+                        f"{type(message).__name__}")
+    return Progress(float(progress), None if total is None else float(total),
+                    None if message is None else str.__str__(message))
+
+
+def deliver(registry: ToolRegistry, execution: Execution, report: Progress) -> None:
+    """Run the listeners the call's scope sees now, containing their failures."""
+    for listener in registry._chains.for_call(PROGRESS, execution._scope):
+        try:
+            out = listener(execution, report)
+        except Exception as exc:
+            _failed(registry, execution, message_of(exc))
+            continue
+        if out is not None and is_awaitable(out):
+            discard(out)
+            _failed(registry, execution, "progress listeners must be synchronous")
+
+
+def _failed(registry: ToolRegistry, execution: Execution, message: str) -> None:
+    registry.logger.warning('tool "%s" (%s): progress listener failed: %s', execution._name,
+                            execution._call_id, message)
