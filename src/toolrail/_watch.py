@@ -204,7 +204,7 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
     body = watch.body
     task, loop = (watch.task, watch.loop) if body is not None else (None, None)
     while True:
-        if isinstance(yielded, asyncio.Future):
+        if issubclass(type(yielded), asyncio.Future):  # by type: a yielded value may be hostile
             if watch.fired and not watch.delivered and yielded.cancel():
                 watch.delivered = True  # the task wakes with CancelledError at this point
             elif (body is not None and body._pending is not None
