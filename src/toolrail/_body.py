@@ -36,6 +36,8 @@ from ._outcome import (
     is_awaitable,
     message_of,
     render,
+    timed_out,
+    unknown_tool,
 )
 from ._results import ImageContent, TextContent, ToolOutput, ToolResult, make_result, make_text
 from ._watch import Watch, report_callback_error, resume, wait_out, watched
@@ -55,7 +57,7 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     """The innermost step of the around-execute chain; it never raises an ``Exception``."""
     execution = state.execution
     if entry is None:
-        return error(f'unknown tool "{execution.name}"', "UNKNOWN_TOOL", "ToolNotFoundError")
+        return unknown_tool(execution._name)
     caller = state.caller
     if caller.cancelled:
         # A retry's later attempt: the call's body did run, so the call was aborted.
@@ -192,8 +194,7 @@ def _outcome(state: CallState, entry: Entry, watch: Watch | None, failure: ToolR
         if watch.stands():
             raise asyncio.CancelledError  # the body swallowed a cancellation of this task
         if watch.timed_out:
-            return error(f"tool call timed out after {entry.tool.timeout:g}s", "TOOL_TIMEOUT",
-                         "ToolTimeoutError")
+            return timed_out(entry.tool.timeout)  # type: ignore[arg-type]
         if watch.fired and (entry.interrupts or watch.interrupts) and (
                 failure is None or watch.delivered):
             # Interrupted, it has not failed; a failure it met before any interruption

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
 from ._chains import POST, RESULT
 from ._decisions import UNSET, Accept, Block
-from ._errors import ToolOutputError
+from ._errors import BLOCKED, ToolOutputError
 from ._execution import Execution
 from ._json import snapshot_json
 from ._outcome import (
@@ -143,7 +143,7 @@ def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) 
         else:
             message = "\n".join(b.text if type(b) is TextContent else f"[{b.type} content]"
                                 for b in blocks)
-        return ToolResult(blocks, True, None, ErrorInfo(message, "BLOCKED"), None,
+        return ToolResult(blocks, True, None, ErrorInfo(message, BLOCKED), None,
                           tuple(decision.contexts))
     decision = cast(Accept, decision)
     has_value = decision.value is not UNSET

@@ -16,13 +16,24 @@ Two families, kept apart on purpose:
     ├── ToolOutputError         INVALID_TOOL_OUTPUT
     ├── ToolTimeoutError        TOOL_TIMEOUT
     └── ToolAbortedError        ABORTED / ABORTED_BEFORE_DISPATCH
+
+Two codes belong to the registry's own decisions, not to an exception a tool raises:
+``DENIED`` (a pre-execute ``Deny``, an approval not granted, a guard) and ``BLOCKED``
+(a post-execute ``Block``). This module names every code; the result builders in
+``_outcome`` take them from here, and a failure the registry itself detects (an
+invalid middleware return, a result that is not lossless) carries no code at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 __all__ = [
+    "ABORTED",
+    "ABORTED_BEFORE_DISPATCH",
+    "BLOCKED",
+    "DENIED",
     "ToolAbortedError",
     "ToolArgsError",
     "ToolError",
@@ -81,3 +92,9 @@ class ToolAbortedError(ToolError):
     """The call was cancelled (``ABORTED``) or never dispatched (``ABORTED_BEFORE_DISPATCH``)."""
 
     code = "ABORTED"
+
+
+DENIED: Final = "DENIED"
+BLOCKED: Final = "BLOCKED"
+ABORTED: Final = ToolAbortedError.code
+ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"

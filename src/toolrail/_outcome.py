@@ -15,7 +15,15 @@ from operator import is_
 from types import CoroutineType, GeneratorType
 from typing import Any, TypeGuard, cast
 
-from ._errors import ToolError
+from ._errors import (
+    ABORTED_BEFORE_DISPATCH,
+    DENIED,
+    ToolAbortedError,
+    ToolError,
+    ToolNotFoundError,
+    ToolOutputError,
+    ToolTimeoutError,
+)
 from ._json import JsonValue, snapshot_json, type_name
 from ._results import (
     Content,
@@ -33,6 +41,7 @@ __all__ = [
     "Unrenderable",
     "aborted",
     "aborted_before_dispatch",
+    "denied",
     "discard",
     "error",
     "from_exception",
@@ -45,6 +54,8 @@ __all__ = [
     "render",
     "replace_result",
     "safe_repr",
+    "timed_out",
+    "unknown_tool",
 ]
 
 
@@ -63,18 +74,36 @@ def error(message: str, code: str | None = None, type_name: str | None = None, *
                        ErrorInfo(message, code, type_name), None, contexts, False)
 
 
+def _raised(message: str, kind: type[ToolError], code: str | None = None,
+            contexts: tuple[ContextMessage, ...] = ()) -> ToolResult:
+    """The error result of a failure of class ``kind`` (its code unless ``code``)."""
+    return error(message, kind.code if code is None else code, kind.__name__, contexts=contexts)
+
+
+def unknown_tool(name: str) -> ToolResult:
+    return _raised(f'unknown tool "{name}"', ToolNotFoundError)
+
+
+def timed_out(timeout: float) -> ToolResult:
+    return _raised(f"tool call timed out after {timeout:g}s", ToolTimeoutError)
+
+
 def aborted_before_dispatch() -> ToolResult:
-    return error("tool call aborted before dispatch", "ABORTED_BEFORE_DISPATCH",
-                 "ToolAbortedError")
+    return _raised("tool call aborted before dispatch", ToolAbortedError,
+                   ABORTED_BEFORE_DISPATCH)
 
 
 def aborted(contexts: tuple[ContextMessage, ...] = ()) -> ToolResult:
-    return error("tool call aborted", "ABORTED", "ToolAbortedError", contexts=contexts)
+    return _raised("tool call aborted", ToolAbortedError, contexts=contexts)
 
 
 def invalid_output(name: str, reason: str) -> ToolResult:
-    return error(f'tool "{name}" returned invalid output: {reason}', "INVALID_TOOL_OUTPUT",
-                 "ToolOutputError")
+    return _raised(f'tool "{name}" returned invalid output: {reason}', ToolOutputError)
+
+
+def denied(reason: str) -> ToolResult:
+    """A pre-execute ``Deny``, an approval not granted, or a guard's reason."""
+    return error(reason, DENIED)
 
 
 # Values a tool, a middleware or an observer hands over are inspected by their type

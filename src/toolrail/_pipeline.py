@@ -27,11 +27,13 @@ from ._cancel import CancelSignal
 from ._chains import AROUND, POST, PRE
 from ._commit import finish, post_execute
 from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
+from ._errors import ABORTED_BEFORE_DISPATCH
 from ._execution import Execution, ExecutionToken
 from ._json import MISSING, snapshot_json
 from ._outcome import (
     Invalid,
     aborted_before_dispatch,
+    denied,
     discard,
     error,
     from_exception,
@@ -39,6 +41,7 @@ from ._outcome import (
     plain_str,
     replace_result,
     safe_repr,
+    unknown_tool,
 )
 from ._results import ErrorInfo, ToolResult
 from ._state import DENIED, DISPATCHED, FINAL, NOT_STARTED, READY, CallState
@@ -190,7 +193,7 @@ async def decide(registry: ToolRegistry, state: CallState) -> None:
         state.end(FINAL, from_exception(exc))
         return
     if type(decision) is Deny:
-        state.end(DENIED, error(decision.reason, "DENIED"))
+        state.end(DENIED, denied(decision.reason))
     else:
         check_guards(registry, state)
 
@@ -200,8 +203,7 @@ def _unrunnable(state: CallState) -> ToolResult | None:
     or a typed tool's invalid arguments), else ``None``."""
     looked_up = state.looked_up
     if looked_up is None:
-        return error(f'unknown tool "{state.execution._name}"', "UNKNOWN_TOOL",
-                     "ToolNotFoundError")
+        return unknown_tool(state.execution._name)
     reason = looked_up.cannot_run(state.execution._arguments)
     return None if reason is None else from_exception(reason)
 
@@ -217,7 +219,7 @@ def check_guards(registry: ToolRegistry, state: CallState) -> None:
             state.end(FINAL, from_exception(exc))
             return
         if reason is not None:
-            state.end(DENIED, error(reason, "DENIED"))
+            state.end(DENIED, denied(reason))
             return
     if state.caller.cancelled:
         state.end(NOT_STARTED, aborted_before_dispatch())
@@ -352,7 +354,7 @@ def _dispatched(state: CallState, result: ToolResult) -> None:
         return
     # By its plain value: a str subclass's own __eq__ never runs. (A retry's attempt
     # after the stop gets ABORTED from the core once the body ran: see ``core``.)
-    skipped = code is not None and plain_str(code) == "ABORTED_BEFORE_DISPATCH"
+    skipped = code is not None and plain_str(code) == ABORTED_BEFORE_DISPATCH
     state.end(NOT_STARTED if skipped else DISPATCHED, result)
 
 
