@@ -9,12 +9,15 @@ stage start costs one dictionary lookup.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, Final, TypeAlias
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Final, TypeAlias, TypeVar
 
 from ._disposer import Disposer
+from ._outcome import is_awaitable
 
-__all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage"]
+__all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage", "walk"]
+
+T = TypeVar("T")
 
 # The stages, as plain ints: the hot path reads one per stage, and an enum member costs
 # a class attribute lookup each time.
@@ -98,3 +101,27 @@ class Chains:
         self._cache[stage] = {}
         links = self._links
         self.quiet = not (links[PRE] or links[AROUND] or links[POST])
+
+
+async def walk(chain: tuple[Callable[..., Any], ...], args: tuple[Any, ...],
+               innermost: Callable[[], Awaitable[T]], plain: Callable[[Any], bool],
+               accept: Callable[[Any], T]) -> T:
+    """Run one stage's chain, outermost first, walked by index.
+
+    Link ``i`` is called as ``link(*args, call_next)``; ``call_next()`` runs the rest of
+    the chain (``innermost`` after the last link) and may be awaited more than once.
+    What a link returns is awaited when it is awaitable (``plain`` says, by its type,
+    which values are not) and handed to ``accept``, which returns the stage's decision
+    or raises ``Invalid`` with the stage's message.
+    """
+    last = len(chain)
+
+    async def at(i: int) -> T:
+        if i == last:
+            return await innermost()
+        out = chain[i](*args, lambda: at(i + 1))
+        if not plain(out) and is_awaitable(out):
+            out = await out
+        return accept(out)
+
+    return await at(0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
-from ._chains import POST, RESULT
+from ._chains import POST, RESULT, walk
 from ._decisions import UNSET, Accept, Block
 from ._errors import BLOCKED, ToolOutputError
 from ._execution import Execution
@@ -50,7 +50,8 @@ async def post_execute(registry: ToolRegistry, state: CallState) -> None:
     result = state.result
     assert result is not None
     try:
-        decision = await _walk_post(chain, execution, result)
+        decision = await walk(chain, (execution, result), _accept, _plain_post,
+                              _accept_post)
         changed = _apply_post(state, decision, result)
     except Exception as exc:
         state.trusted = True
@@ -78,23 +79,20 @@ def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
     return result
 
 
-async def _walk_post(chain: tuple[Callable[..., Any], ...], execution: Execution,
-                     result: ToolResult) -> Any:
-    last = len(chain)
+def _plain_post(out: Any) -> bool:
+    kind = type(out)  # compared by identity: a metaclass's __eq__ or __hash__ never runs
+    return kind is Accept or kind is Block
 
-    async def at(i: int) -> Any:
-        if i == last:
-            return _ACCEPT
-        out = chain[i](execution, result, lambda: at(i + 1))
-        kind = type(out)  # compared by identity: a metaclass's __eq__ or __hash__ never runs
-        if kind is not Accept and kind is not Block and is_awaitable(out):
-            out = await out
-        if _valid_post(out):
-            return out
-        discard(out)
-        raise Invalid(f"post-execute middleware returned {safe_repr(out)}, not Accept or Block")
 
-    return await at(0)
+def _accept_post(out: Any) -> Any:
+    if _valid_post(out):
+        return out
+    discard(out)
+    raise Invalid(f"post-execute middleware returned {safe_repr(out)}, not Accept or Block")
+
+
+async def _accept() -> Accept:
+    return _ACCEPT
 
 
 def _valid_post(out: Any) -> bool:

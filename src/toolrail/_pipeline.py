@@ -19,12 +19,12 @@ chain more than once. Stages with no middleware take no ``await`` at all.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ._body import core
 from ._cancel import CancelSignal
-from ._chains import AROUND, POST, PRE
+from ._chains import AROUND, POST, PRE, walk
 from ._commit import finish, post_execute
 from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
 from ._errors import ABORTED_BEFORE_DISPATCH
@@ -173,7 +173,8 @@ async def decide(registry: ToolRegistry, state: CallState) -> None:
     execution = state.execution
     chain = registry._chains.for_call(PRE, execution._scope)
     try:
-        decision = await _walk_pre(chain, execution) if chain else _ALLOW
+        decision = (await walk(chain, (execution,), _allow, _plain_pre, _accept_pre)
+                    if chain else _ALLOW)
         looked_up = state.looked_up
         if type(decision) is Allow and looked_up is not None and (
                 looked_up.requires_approval(execution._arguments)):
@@ -225,25 +226,23 @@ def check_guards(registry: ToolRegistry, state: CallState) -> None:
         state.end(NOT_STARTED, aborted_before_dispatch())
 
 
-async def _walk_pre(chain: tuple[Callable[..., Any], ...], execution: Execution) -> Any:
-    last = len(chain)
+def _plain_pre(out: Any) -> bool:
+    kind = type(out)  # compared by identity: a metaclass's __eq__ or __hash__ never runs
+    return kind is Allow or kind is Deny or kind is Ask
 
-    async def at(i: int) -> Any:
-        if i == last:
-            return _ALLOW
-        out = chain[i](execution, lambda: at(i + 1))
-        kind = type(out)  # compared by identity: a metaclass's __eq__ or __hash__ never runs
-        if kind is not Allow and kind is not Deny and kind is not Ask and is_awaitable(out):
-            out = await out
-            kind = type(out)
-        if kind is Allow or (kind is Ask and out.reason is None):
-            return out
-        if (kind is Deny or kind is Ask) and issubclass(type(out.reason), str):
-            return out if type(out.reason) is str else kind(str.__str__(out.reason))
-        discard(out)
-        raise Invalid(f"pre-execute middleware returned {safe_repr(out)}, not Allow, Deny or Ask")
 
-    return await at(0)
+def _accept_pre(out: Any) -> Any:
+    kind = type(out)
+    if kind is Allow or (kind is Ask and out.reason is None):
+        return out
+    if (kind is Deny or kind is Ask) and issubclass(type(out.reason), str):
+        return out if type(out.reason) is str else kind(str.__str__(out.reason))
+    discard(out)
+    raise Invalid(f"pre-execute middleware returned {safe_repr(out)}, not Allow, Deny or Ask")
+
+
+async def _allow() -> Allow:
+    return _ALLOW
 
 
 async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Allow | Deny | None:
@@ -330,7 +329,8 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
     state.trusted = False
     execution._signal_writable = True
     try:
-        result = await _walk_around(chain, execution, lambda: core(state, entry))
+        result = await walk(chain, (execution,), lambda: core(state, entry),
+                            _plain_around, _accept_around)
     except Exception as exc:
         state.end(FINAL, from_exception(exc))
         return
@@ -358,19 +358,12 @@ def _dispatched(state: CallState, result: ToolResult) -> None:
     state.end(NOT_STARTED if skipped else DISPATCHED, result)
 
 
-async def _walk_around(chain: tuple[Callable[..., Any], ...], execution: Execution,
-                       innermost: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
-    last = len(chain)
+def _plain_around(out: Any) -> bool:
+    return type(out) is ToolResult
 
-    async def at(i: int) -> ToolResult:
-        if i == last:
-            return await innermost()
-        out = chain[i](execution, lambda: at(i + 1))
-        if type(out) is not ToolResult and is_awaitable(out):
-            out = await out
-        if issubclass(type(out), ToolResult):
-            return cast(ToolResult, out)
-        discard(out)
-        raise Invalid(f"around-execute middleware returned {safe_repr(out)}, not a ToolResult")
 
-    return await at(0)
+def _accept_around(out: Any) -> ToolResult:
+    if issubclass(type(out), ToolResult):
+        return cast(ToolResult, out)
+    discard(out)
+    raise Invalid(f"around-execute middleware returned {safe_repr(out)}, not a ToolResult")
