@@ -39,7 +39,7 @@ from ._outcome import (
     timed_out,
     unknown_tool,
 )
-from ._results import ImageContent, TextContent, ToolOutput, ToolResult, make_result, make_text
+from ._results import ToolOutput, ToolResult, is_content, make_result, make_text, only_content
 from ._watch import Watch, report_callback_error, resume, wait_out, watched
 
 if TYPE_CHECKING:
@@ -257,9 +257,9 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
             content = ()
         elif issubclass(kind, ToolOutput):
             value, content, meta = out.value, out.content, out.meta
-        elif issubclass(kind, TextContent | ImageContent):
+        elif is_content(out):
             value, content = None, (out,)
-        elif issubclass(kind, list | tuple) and _is_content_list(out):
+        elif only_content(out):
             value, content = None, out
         else:
             value = out
@@ -282,9 +282,3 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
     return make_result(content, False, value, None, meta, (), concludes)
 
 
-def _is_content_list(out: list[Any] | tuple[Any, ...]) -> bool:
-    """A non-empty list or tuple of only ``Content`` (each item judged by its type)."""
-    try:
-        return bool(out) and all(issubclass(type(b), TextContent | ImageContent) for b in out)
-    except Exception:  # unreadable: the snapshot reports it, with its path
-        return False

@@ -30,7 +30,7 @@ from ._outcome import (
     replace_result,
     safe_repr,
 )
-from ._results import Content, ContextMessage, ErrorInfo, ImageContent, TextContent, ToolResult
+from ._results import Content, ContextMessage, ErrorInfo, TextContent, ToolResult, only_content
 from ._state import FINAL, CallState
 
 if TYPE_CHECKING:
@@ -119,9 +119,7 @@ def _is_str(value: Any) -> TypeGuard[str]:
 
 
 def _is_blocks(value: Any) -> bool:
-    kind = type(value)
-    return issubclass(kind, Sequence) and not issubclass(kind, str) and all(
-        issubclass(type(b), TextContent | ImageContent) for b in value)
+    return only_content(value, Sequence, empty=True)
 
 
 def _is_contexts(value: Any) -> bool:

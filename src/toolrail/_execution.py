@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._cancel import CancelController, CancelSignal
 from ._json import JsonValue, snapshot_json, type_name
 from ._progress import Progress, checked_progress, deliver
-from ._results import Content, ContextMessage, ImageContent, TextContent
+from ._results import Content, ContextMessage, TextContent, is_content, only_content
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -214,11 +214,9 @@ class RunContext(Execution):
         else:
             if issubclass(kind, str):
                 content: tuple[Content, ...] = (TextContent(given),)
-            elif issubclass(kind, TextContent | ImageContent):
+            elif is_content(given):
                 content = (given,)
-            elif issubclass(kind, Sequence) and all(
-                issubclass(type(b), TextContent | ImageContent) for b in given
-            ):
+            elif only_content(given, Sequence, empty=True):
                 content = tuple[Any, ...](given)
             else:
                 raise TypeError(

@@ -16,6 +16,8 @@ __all__ = [
     "TextContent",
     "ToolOutput",
     "ToolResult",
+    "is_content",
+    "only_content",
 ]
 
 
@@ -38,6 +40,24 @@ class ImageContent:
 
 Content: TypeAlias = TextContent | ImageContent
 
+
+
+def is_content(value: Any) -> bool:
+    """Whether ``value`` is a content block, judged by its type (never ``isinstance``,
+    which would read a foreign value's own ``__class__``)."""
+    return issubclass(type(value), TextContent | ImageContent)
+
+
+def only_content(value: Any, containers: Any = (list, tuple), *, empty: bool = False) -> bool:
+    """Whether ``value`` is a ``containers`` (not a ``str``) holding only content blocks
+    (and at least one unless ``empty``); ``False`` for one that cannot even be read."""
+    kind = type(value)
+    if not issubclass(kind, containers) or issubclass(kind, str):
+        return False
+    try:
+        return (empty or bool(value)) and all(is_content(block) for block in value)
+    except Exception:  # unreadable: whoever asked reports it
+        return False
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:

@@ -28,7 +28,7 @@ from ._errors import ToolArgsError, ToolError, ToolOutputError
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json, thaw
 from ._outcome import message_of
-from ._results import ImageContent, TextContent, ToolOutput
+from ._results import ImageContent, TextContent, ToolOutput, only_content
 from ._schemas import CONTAINERS, MODELS, has_schema, tidy, violation
 
 __all__ = ["Extra", "Signature"]
@@ -208,7 +208,7 @@ class Signature:
         if type(value) is self.plain_return:
             return value  # a str, int or bool for that very annotation: nothing to convert
         adapter = self.output
-        if adapter is None or issubclass(type(value), _CONTENT_TYPES) or _is_content_list(value):
+        if adapter is None or issubclass(type(value), _CONTENT_TYPES) or only_content(value):
             return value
         try:
             checked = adapter.validate_python(value, strict=self.strict)
@@ -259,18 +259,6 @@ def _is_content_annotation(annotation: Any) -> bool:
         return True
     args = typing.get_args(annotation)
     return bool(args) and all(_is_content_annotation(a) for a in args)
-
-
-def _is_content_list(value: Any) -> bool:
-    """A non-empty list or tuple of only ``Content``, judged by types (never ``isinstance``,
-    which reads a value's own ``__class__``)."""
-    if not issubclass(type(value), list | tuple):
-        return False
-    try:
-        return bool(value) and all(issubclass(type(b), TextContent | ImageContent)
-                                   for b in value)
-    except Exception:  # unreadable: the validator reports it
-        return False
 
 
 def _memoized(cached: Callable[[Any], _T], annotation: Any) -> _T:
