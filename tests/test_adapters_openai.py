@@ -1058,7 +1058,8 @@ def test_chat_followup_moves_the_images_of_an_error_result_too() -> None:
 
     [message] = oa.chat_followup(FOLLOWUP_CALLS[:1], [failed])
 
-    assert [dict(part)["type"] for part in message["content"]] == ["text", "image_url"]
+    parts = cast(list[dict[str, Any]], message["content"])
+    assert [part["type"] for part in parts] == ["text", "image_url"]
 
 
 def test_chat_followup_validates_as_the_sdks_user_message_param() -> None:
