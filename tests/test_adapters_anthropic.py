@@ -16,6 +16,7 @@ import anthropic
 import httpx2
 import pytest
 from anthropic.types import (
+    ContentBlockParam,
     ImageBlockParam,
     Message,
     MessageParam,
@@ -23,6 +24,7 @@ from anthropic.types import (
     ToolParam,
     ToolResultBlockParam,
 )
+from pydantic import TypeAdapter
 
 import toolrail as tr
 from helpers import ADD_PARAMETERS, adder_registry, python_output
@@ -282,6 +284,86 @@ async def test_a_step_round_trips_through_the_sdk_client() -> None:
             }
         ],
     }
+
+
+# ---- follow-up blocks: the results' contexts ------------------------------------------
+
+
+def noted(text: str, *blocks: tr.Content) -> tr.ContextMessage:
+    return tr.ContextMessage((tr.TextContent(text), *blocks), source="test")
+
+
+def test_followup_blocks_are_empty_without_contexts_for_a_tool_result_holds_images() -> None:
+    assert an.followup_blocks([CALL], [tr.ToolResult((tr.TextContent("chart:"), PNG))]) == []
+
+
+def test_followup_blocks_carry_each_results_contexts_in_model_order() -> None:
+    calls = [CALL, tr.ToolCall(call_id="toolu_2", name="u")]
+    results = [
+        tr.ToolResult((tr.TextContent("a"),), contexts=(noted("first"), noted("", PNG))),
+        tr.ToolResult((tr.TextContent("b"),), contexts=(noted("second", BMP),)),
+    ]
+
+    assert an.followup_blocks(calls, results) == [
+        {"type": "text", "text": "first"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": PNG.data}},
+        {"type": "text", "text": "second"},
+        {"type": "text", "text": "[image content]"},
+    ]
+
+
+def test_followup_blocks_validate_as_the_sdks_content_block_params() -> None:
+    result = tr.ToolResult((tr.TextContent("a"),), contexts=(noted("note", PNG, BMP),))
+    blocks = an.followup_blocks([CALL], [result])
+
+    assert TypeAdapter(list[ContentBlockParam]).validate_python(blocks) == blocks
+    assert [block["type"] for block in blocks] == ["text", "image", "text"]
+
+
+def test_followup_blocks_need_one_result_per_call() -> None:
+    with pytest.raises(ValueError, match=r"^got 1 calls and 0 results"):
+        an.followup_blocks([CALL], [])
+
+
+async def test_a_step_sends_deferred_contexts_after_the_tool_results() -> None:
+    reg = tr.ToolRegistry()
+
+    @reg.tool
+    def now(ctx: tr.RunContext) -> str:
+        """The time."""
+        ctx.defer_context("Times are in UTC.")
+        return "12:00"
+
+    requests: list[dict[str, Any]] = []
+    reply = message({"type": "text", "text": "Noon."})
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        requests.append(json.loads(request.content))
+        return httpx2.Response(200, json=reply.model_dump(mode="json"))
+
+    sdk = anthropic.Anthropic(
+        api_key="test",
+        base_url="https://anthropic.test",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+    assistant = message(tool_use("toolu_1", "now", {}))
+    calls = an.calls_from_message(assistant)
+    batch = await reg.run(calls)
+    sdk.messages.create(model="claude-test", max_tokens=64, messages=[
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant",
+         "content": cast(Any, assistant.model_dump(exclude_none=True)["content"])},
+        {"role": "user", "content": [*an.tool_result_blocks(calls, batch.results),
+                                     *an.followup_blocks(calls, batch.results)]},
+    ])
+
+    assert requests[0]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1",
+         "content": [{"type": "text", "text": "12:00"}], "is_error": False},
+        {"type": "text", "text": "Times are in UTC."},
+    ]
 
 
 # ---- the module ---------------------------------------------------------------------

@@ -318,6 +318,112 @@ async def test_a_step_round_trips_through_the_sdk_client() -> None:
     }
 
 
+# ---- follow-up parts: contexts, and images a function response leaves out ------------
+
+
+def noted(text: str, *blocks: tr.Content) -> tr.ContextMessage:
+    return tr.ContextMessage((tr.TextContent(text), *blocks), source="test")
+
+
+CHART = tr.ToolCall(call_id="fc_1", name="plot")
+
+
+def test_followup_parts_are_empty_when_the_function_response_holds_everything() -> None:
+    assert gm.followup_parts([CHART], [tr.ToolResult((tr.TextContent("chart:"), PNG))]) == []
+
+
+def test_followup_parts_carry_each_results_contexts_in_model_order() -> None:
+    calls = [CHART, tr.ToolCall(call_id="fc_2", name="now")]
+    results = [
+        tr.ToolResult((PNG,), contexts=(noted("Axes are in metres."),)),
+        tr.ToolResult((tr.TextContent("12:00"),), contexts=(noted("", PNG), noted("UTC.", GIF))),
+    ]
+
+    assert gm.followup_parts(calls, results) == [
+        {"text": "Axes are in metres."},
+        {"inline_data": {"mime_type": "image/png", "data": PNG.data}},
+        {"text": "UTC."},
+        {"text": "[image content]"},
+    ]
+
+
+def test_without_inline_images_the_images_come_in_the_followup_after_a_label() -> None:
+    results = [tr.ToolResult((tr.TextContent("chart:"), PNG, GIF), contexts=(noted("Note."),))]
+
+    assert gm.followup_parts([CHART], results, inline_images=False) == [
+        {"text": "Image content of tool call fc_1 (plot):"},
+        {"inline_data": {"mime_type": "image/png", "data": PNG.data}},
+        {"text": "Note."},
+    ]
+
+
+def test_followup_parts_follow_the_function_responses_as_one_valid_user_turn() -> None:
+    results = [tr.ToolResult((PNG,), contexts=(noted("Note.", PNG),))]
+    parts = [*gm.function_responses([CHART], results, inline_images=False),
+             *gm.followup_parts([CHART], results, inline_images=False)]
+
+    content = types.Content.model_validate({"role": "user", "parts": parts})
+
+    assert content.parts is not None
+    assert [(p.function_response is not None, p.text, p.inline_data is not None)
+            for p in content.parts] == [
+        (True, None, False),
+        (False, "Image content of tool call fc_1 (plot):", False),
+        (False, None, True),
+        (False, "Note.", False),
+        (False, None, True),
+    ]
+    assert content.parts[2].inline_data is not None
+    assert content.parts[2].inline_data.data == b"\x89PNG"
+
+
+def test_followup_parts_need_one_result_per_call() -> None:
+    with pytest.raises(ValueError, match=r"^got 1 calls and 0 results"):
+        gm.followup_parts([CHART], [])
+
+
+async def test_a_step_sends_deferred_contexts_in_the_function_response_turn() -> None:
+    reg = tr.ToolRegistry()
+
+    @reg.tool
+    def now(ctx: tr.RunContext) -> str:
+        """The time."""
+        ctx.defer_context("Times are in UTC.")
+        return "12:00"
+
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        return httpx.Response(200, json={"candidates": [{"content": {
+            "role": "model", "parts": [{"text": "Noon."}]}, "finishReason": "STOP"}]})
+
+    sdk = genai.Client(
+        api_key="test",
+        http_options=types.HttpOptions(
+            base_url="https://gemini.test",
+            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        ),
+    )
+    reply = response(function_call("now", {}, "fc_1"))
+    calls = gm.calls_from_response(reply)
+    batch = await reg.run(calls)
+    assert reply.candidates is not None
+    assert reply.candidates[0].content is not None
+    contents: list[types.ContentUnionDict] = [
+        {"role": "user", "parts": [{"text": "Time?"}]},
+        reply.candidates[0].content,
+        {"role": "user", "parts": [*gm.function_responses(calls, batch.results),
+                                   *gm.followup_parts(calls, batch.results)]},
+    ]
+    sdk.models.generate_content(model="gemini-test", contents=contents)
+
+    assert requests[0]["contents"][-1] == {"role": "user", "parts": [
+        {"functionResponse": {"id": "fc_1", "name": "now", "response": {"output": "12:00"}}},
+        {"text": "Times are in UTC."},
+    ]}
+
+
 # ---- the module ---------------------------------------------------------------------
 
 

@@ -20,20 +20,28 @@ import openai
 import pytest
 from openai.types.chat import (
     ChatCompletion,
+    ChatCompletionContentPartParam,
     ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
     ChatCompletionToolMessageParam,
     ChatCompletionToolParam,
+    ChatCompletionUserMessageParam,
 )
 from openai.types.chat.chat_completion_message_custom_tool_call import (
     ChatCompletionMessageCustomToolCall,
     Custom,
 )
 from openai.types.chat.chat_completion_message_function_tool_call import Function
-from openai.types.responses import FunctionToolParam, Response
+from openai.types.responses import (
+    EasyInputMessage,
+    FunctionToolParam,
+    Response,
+    ResponseInputItemParam,
+)
 from openai.types.responses.response_input_item_param import FunctionCallOutput
 from openai.types.shared_params import FunctionDefinition
+from pydantic import TypeAdapter
 
 import toolrail as tr
 from helpers import adder_registry, python_output
@@ -1002,3 +1010,130 @@ def test_calls_from_chat_refuses_a_whole_completion_instead_of_its_message() -> 
         match=exactly("calls_from_chat takes a message: pass completion.choices[0].message"),
     ):
         oa.calls_from_chat(as_dict)
+
+
+# ---- follow-up messages: contexts, and images a tool message cannot hold -------------
+
+GIF = tr.ImageContent(data="R0lGOA==", mime_type="image/gif")
+
+
+def noted(text: str, *blocks: tr.Content) -> tr.ContextMessage:
+    return tr.ContextMessage((tr.TextContent(text), *blocks), source="test")
+
+
+FOLLOWUP_CALLS = [tr.ToolCall(call_id="call_1", name="plot"),
+                  tr.ToolCall(call_id="call_2", name="now")]
+FOLLOWUP_RESULTS = [
+    tr.ToolResult((tr.TextContent("chart:"), PNG, SVG), contexts=(noted("Axes are in metres."),)),
+    tr.ToolResult((tr.TextContent("12:00"),),
+                  contexts=(noted("", GIF), noted("Times are in UTC.", SVG))),
+]
+
+
+def test_chat_followup_is_empty_when_every_result_fits_its_tool_message() -> None:
+    calls = [tr.ToolCall(call_id="call_1", name="add")]
+
+    assert oa.chat_followup(calls, [tr.ToolResult((tr.TextContent("5"),))]) == []
+    assert oa.chat_followup([], []) == []
+
+
+def test_chat_followup_carries_images_then_contexts_of_each_call_in_model_order() -> None:
+    followup = oa.chat_followup(FOLLOWUP_CALLS, FOLLOWUP_RESULTS)
+
+    assert followup == [{"role": "user", "content": [
+        {"type": "text", "text": "Image content of tool call call_1 (plot):"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG.data}"}},
+        {"type": "text", "text": "Axes are in metres."},
+        {"type": "image_url", "image_url": {"url": f"data:image/gif;base64,{GIF.data}"}},
+        {"type": "text", "text": "Times are in UTC."},
+        {"type": "text", "text": "[image content]"},
+    ]}]
+    assert [m["content"] for m in oa.chat_messages(FOLLOWUP_CALLS, FOLLOWUP_RESULTS)] == [
+        "chart:\n[image content]\n[image content]", "12:00"]
+
+
+def test_chat_followup_moves_the_images_of_an_error_result_too() -> None:
+    failed = tr.ToolResult((tr.TextContent("Error: blurry"), PNG), is_error=True,
+                           error=tr.ErrorInfo("blurry"))
+
+    [message] = oa.chat_followup(FOLLOWUP_CALLS[:1], [failed])
+
+    parts = cast(list[dict[str, Any]], message["content"])
+    assert [part["type"] for part in parts] == ["text", "image_url"]
+
+
+def test_chat_followup_validates_as_the_sdks_user_message_param() -> None:
+    [message] = oa.chat_followup(FOLLOWUP_CALLS, FOLLOWUP_RESULTS)
+
+    assert {"role", "content"} == set(message) <= typed_dict_keys(ChatCompletionUserMessageParam)
+    parts = TypeAdapter(list[ChatCompletionContentPartParam])
+    assert parts.validate_python(message["content"]) == message["content"]
+
+
+def test_followups_need_one_result_per_call() -> None:
+    message = "got 2 calls and 1 results; each call needs exactly one result"
+    with pytest.raises(ValueError, match=exactly(message)):
+        oa.chat_followup(FOLLOWUP_CALLS, FOLLOWUP_RESULTS[:1])
+    with pytest.raises(ValueError, match=exactly(message)):
+        oa.responses_followup(FOLLOWUP_CALLS, FOLLOWUP_RESULTS[:1])
+
+
+def test_responses_followup_carries_only_contexts_for_an_output_holds_images() -> None:
+    followup = oa.responses_followup(FOLLOWUP_CALLS, FOLLOWUP_RESULTS)
+
+    assert followup == [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Axes are in metres."},
+        {"type": "input_image", "image_url": f"data:image/gif;base64,{GIF.data}",
+         "detail": "auto"},
+        {"type": "input_text", "text": "Times are in UTC."},
+        {"type": "input_text", "text": "[image content]"},
+    ]}]
+    assert oa.responses_followup(FOLLOWUP_CALLS[:1], [tr.ToolResult((PNG,))]) == []
+
+
+def test_responses_followup_validates_as_the_sdks_input_item() -> None:
+    [item] = oa.responses_followup(FOLLOWUP_CALLS, FOLLOWUP_RESULTS)
+
+    assert TypeAdapter(ResponseInputItemParam).validate_python(item) == item
+    assert EasyInputMessage.model_validate(item).model_dump(exclude_none=True) == item
+
+
+async def test_a_chat_step_sends_deferred_contexts_and_images_after_the_tool_messages() -> None:
+    reg = tr.ToolRegistry()
+
+    @reg.tool
+    def snapshot(ctx: tr.RunContext) -> tr.ToolOutput:
+        """Take a screenshot."""
+        ctx.defer_context("The screen is 800x600.")
+        return tr.ToolOutput(value="taken", content=[tr.TextContent("taken"), PNG])
+
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        requests.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "Done."}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return httpx2.Response(200, json={"id": "c", "object": "chat.completion", "created": 0,
+                                          "model": "gpt-test", "choices": [choice]})
+
+    assistant = chat_message(("call_1", "snapshot", "{}"))
+    calls = oa.calls_from_chat(assistant)
+    batch = await reg.run(calls)
+    client(handler).chat.completions.create(
+        model="gpt-test",
+        messages=[
+            {"role": "user", "content": "Look."},
+            cast(ChatCompletionMessageParam, assistant.model_dump(exclude_none=True)),
+            *oa.chat_messages(calls, batch.results),
+            *oa.chat_followup(calls, batch.results),
+        ],
+    )
+
+    assert requests[0]["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "taken\n[image content]"},
+        {"role": "user", "content": [
+            {"type": "text", "text": "Image content of tool call call_1 (snapshot):"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG.data}"}},
+            {"type": "text", "text": "The screen is 800x600."},
+        ]},
+    ]

@@ -4,12 +4,14 @@ Wire objects arrive either as the provider SDK's pydantic models or as plain dic
 :func:`field` reads both the same way. Results leave as text or as blocks: an image a
 provider cannot carry becomes the text placeholder ``[image content]``, and an error
 result with nothing visible to say gets ``Error: <message>`` so the model still sees
-the failure (Anthropic rejects an empty error result outright).
+the failure (Anthropic rejects an empty error result outright). What a result message
+cannot carry (a result's ``contexts``, an image a tool message cannot hold) goes into
+the follow-up user message, as :func:`followup_content` orders it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .. import (
@@ -29,6 +31,7 @@ __all__ = [
     "SchemaLike",
     "call_from_text",
     "field",
+    "followup_content",
     "pairs",
     "schema_parts",
     "sequence_field",
@@ -118,6 +121,25 @@ def visible_content(result: ToolResult) -> tuple[Content, ...]:
         message = result.error.message if result.error is not None else "the call failed"
         return (TextContent(f"Error: {message}"),)
     return content
+
+
+def followup_content(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], moved: Callable[[ImageContent], bool]
+) -> list[Content]:
+    """What the follow-up user message says, in model order: per call, first the images
+    its result message could not hold (``moved``) after ``Image content of tool call
+    <call_id> (<name>):``, then the blocks of its result's ``contexts``. Empty text
+    blocks are left out. ``ValueError`` unless there is exactly one result per call.
+    """
+    blocks: list[Content] = []
+    for call, result in pairs(calls, results):
+        images = [b for b in visible_content(result) if isinstance(b, ImageContent) and moved(b)]
+        if images:
+            blocks.append(TextContent(f"Image content of tool call {call.call_id} ({call.name}):"))
+            blocks += images
+        for context in result.contexts:
+            blocks += [block for block in context.content if shows_something(block)]
+    return blocks
 
 
 def text_of(blocks: Iterable[Content]) -> str:

@@ -3,7 +3,9 @@
 - tools out, :func:`tools`: ``{"name", "description", "input_schema"}``;
 - calls in, :func:`calls_from_message`: the ``tool_use`` content blocks;
 - results out, :func:`tool_result_blocks`: ``{"type": "tool_result", "tool_use_id",
-  "content", "is_error"}``.
+  "content", "is_error"}``;
+- follow-up, :func:`followup_blocks`: the results' ``contexts`` as ``text`` and
+  ``image`` blocks, after the ``tool_result`` blocks of the same user message.
 
 Inputs are the ``anthropic`` SDK's objects or plain dicts of the same shape; outputs are
 plain JSON-ready dicts typed as the SDK's request ``TypedDict``\\ s. The SDK is never
@@ -31,6 +33,7 @@ from ._common import (
     IMAGE_PLACEHOLDER,
     SchemaLike,
     field,
+    followup_content,
     pairs,
     schema_parts,
     sequence_field,
@@ -41,12 +44,17 @@ from ._common import (
 if TYPE_CHECKING:
     from collections.abc import Hashable
 
-    from anthropic.types import Message, ToolParam, ToolResultBlockParam
-    from anthropic.types.tool_result_block_param import Content as BlockParam
+    from anthropic.types import (
+        ImageBlockParam,
+        Message,
+        TextBlockParam,
+        ToolParam,
+        ToolResultBlockParam,
+    )
 
     from .. import ExecutionToken
 
-__all__ = ["calls_from_message", "tool_result_blocks", "tools"]
+__all__ = ["calls_from_message", "followup_blocks", "tool_result_blocks", "tools"]
 
 _MediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -118,7 +126,22 @@ def tool_result_blocks(
     ]
 
 
-def _block(block: Content) -> BlockParam:
+def followup_blocks(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult]
+) -> list[TextBlockParam | ImageBlockParam]:
+    """The blocks to put after the ``tool_result`` blocks, in the same user message.
+
+    They are the blocks of every result's ``contexts``, in model order, as ``text`` and
+    ``image`` blocks (empty text left out, an image Claude does not read as
+    ``[image content]``); ``[]`` when there are none. A ``tool_result`` holds a
+    result's own images, so none move here. Claude wants every ``tool_result`` first
+    in its message, text after: send ``tool_result_blocks(calls, results) +
+    followup_blocks(calls, results)`` as one message's content.
+    """
+    return [_block(block) for block in followup_content(calls, results, lambda image: False)]
+
+
+def _block(block: Content) -> TextBlockParam | ImageBlockParam:
     if isinstance(block, TextContent):
         return {"type": "text", "text": block.text}
     media_type = block.mime_type

@@ -5,7 +5,10 @@
 - calls in, :func:`calls_from_response`: the ``function_call`` parts of the first
   candidate;
 - results out, :func:`function_responses`: ``{"function_response": {"id", "name",
-  "response"}}`` parts.
+  "response"}}`` parts;
+- follow-up, :func:`followup_parts`: the results' ``contexts`` (and, with
+  ``inline_images=False``, their images) as ``text`` and ``inline_data`` parts of the
+  same user turn.
 
 Inputs are the SDK's objects or plain dicts (snake_case or the REST API's camelCase);
 outputs are plain JSON-ready dicts typed as the SDK's ``TypedDict``\\ s. The SDK is never
@@ -39,6 +42,7 @@ from .. import Content, ImageContent, ToolCall, ToolResult
 from ._common import (
     SchemaLike,
     field,
+    followup_content,
     pairs,
     schema_parts,
     sequence_field,
@@ -59,7 +63,12 @@ if TYPE_CHECKING:
 
     from .. import ExecutionToken
 
-__all__ = ["calls_from_response", "function_declarations", "function_responses"]
+__all__ = [
+    "calls_from_response",
+    "followup_parts",
+    "function_declarations",
+    "function_responses",
+]
 
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp"})
 
@@ -141,6 +150,36 @@ def function_responses(
         if images:
             response["parts"] = [_image_part(image) for image in images]
         parts.append({"function_response": response})
+    return parts
+
+
+def followup_parts(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, inline_images: bool = True
+) -> list[PartDict]:
+    """The parts to put after the ``function_response`` parts, in the same user turn.
+
+    Args:
+        calls: the calls, as :func:`calls_from_response` made them.
+        results: one result per call (``ValueError`` otherwise).
+        inline_images: as given to :func:`function_responses`. With ``False`` each
+            PNG, JPEG or WebP image of a result, there ``[image content]``, comes here
+            as an ``inline_data`` part after ``Image content of tool call <call_id>
+            (<name>):``.
+
+    Then come the blocks of every result's ``contexts``, as ``text`` and ``inline_data``
+    parts (an image of another type as ``[image content]``), all in model order; ``[]``
+    when there is nothing. Gemini wants user and model turns to alternate: send
+    ``function_responses(calls, results) + followup_parts(calls, results)`` as the
+    parts of one user turn.
+    """
+    moved = (lambda image: False) if inline_images else _inline
+    parts: list[PartDict] = []
+    for block in followup_content(calls, results, moved):
+        if _inline(block):
+            parts.append({"inline_data": {"mime_type": block.mime_type,
+                                          "data": cast(bytes, block.data)}})
+        else:
+            parts.append({"text": text_of([block])})
     return parts
 
 

@@ -5,6 +5,7 @@
 | tools out   | :func:`chat_tools`                     | :func:`responses_tools`              |
 | calls in    | :func:`calls_from_chat`                | :func:`calls_from_response`          |
 | results out | :func:`chat_messages`                  | :func:`responses_items`              |
+| follow-up   | :func:`chat_followup`                  | :func:`responses_followup`           |
 
 Inputs are the ``openai`` SDK's objects or plain dicts of the same shape; outputs are
 plain JSON-ready dicts typed as the SDK's request ``TypedDict``\\ s. The SDK is never
@@ -17,6 +18,8 @@ imported at run time.
   ``[image content]``; a Responses output is one string, or a list of ``input_text`` /
   ``input_image`` parts when the result holds an image OpenAI accepts (PNG, JPEG, WebP,
   GIF). OpenAI has no error flag: an error result's text already reads ``Error: ...``.
+- Follow-up: what a tool message or output item cannot carry, the results' ``contexts``
+  and (Chat Completions) their images, goes into one user message after them.
 - ``strict=True`` rewrites each schema for Structured Outputs: every object closed
   (``additionalProperties: false``) with every property required, an optional property
   made nullable, ``oneOf`` read as ``anyOf``, a lone ``allOf`` merged, a ``$ref`` with
@@ -45,6 +48,7 @@ from ._common import (
     SchemaLike,
     call_from_text,
     field,
+    followup_content,
     pairs,
     schema_parts,
     sequence_field,
@@ -57,14 +61,18 @@ if TYPE_CHECKING:
     from collections.abc import Hashable
 
     from openai.types.chat import (
+        ChatCompletionContentPartParam,
         ChatCompletionMessage,
         ChatCompletionToolMessageParam,
         ChatCompletionToolParam,
+        ChatCompletionUserMessageParam,
     )
     from openai.types.responses import (
+        EasyInputMessageParam,
         FunctionToolParam,
         Response,
         ResponseFunctionCallOutputItemListParam,
+        ResponseInputMessageContentListParam,
     )
     from openai.types.responses.response_input_item_param import FunctionCallOutput
     from openai.types.shared_params import FunctionDefinition
@@ -74,8 +82,10 @@ if TYPE_CHECKING:
 __all__ = [
     "calls_from_chat",
     "calls_from_response",
+    "chat_followup",
     "chat_messages",
     "chat_tools",
+    "responses_followup",
     "responses_items",
     "responses_tools",
 ]
@@ -226,6 +236,64 @@ def responses_items(
     ]
 
 
+def chat_followup(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult]
+) -> list[ChatCompletionUserMessageParam]:
+    """The user message to send after the tool messages: ``[]`` when there is nothing to add.
+
+    It holds, in model order, each image a tool message showed as ``[image content]``
+    (PNG, JPEG, WebP or GIF, as a base64 data URL) after the line ``Image content of
+    tool call <call_id> (<name>):``, and the blocks of every result's ``contexts``
+    (an image of another type as ``[image content]``). Send both as
+    ``chat_messages(calls, results) + chat_followup(calls, results)``.
+
+    >>> import toolrail as tr
+    >>> note = tr.ContextMessage((tr.TextContent("Times are in UTC."),), source="now")
+    >>> call = tr.ToolCall(call_id="call_1", name="now")
+    >>> chat_followup([call], [tr.ToolResult((tr.TextContent("12:00"),), contexts=(note,))])
+    [{'role': 'user', 'content': [{'type': 'text', 'text': 'Times are in UTC.'}]}]
+    """
+    parts: list[ChatCompletionContentPartParam] = []
+    for block in followup_content(calls, results, _readable):
+        if isinstance(block, TextContent):
+            parts.append({"type": "text", "text": block.text})
+        elif _readable(block):
+            parts.append({"type": "image_url", "image_url": {"url": _data_url(block)}})
+        else:
+            parts.append({"type": "text", "text": IMAGE_PLACEHOLDER})
+    return [{"role": "user", "content": parts}] if parts else []
+
+
+def responses_followup(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult]
+) -> list[EasyInputMessageParam]:
+    """The user message item to send after the ``function_call_output`` items, or ``[]``.
+
+    It holds the blocks of every result's ``contexts`` in model order, as ``input_text``
+    and ``input_image`` parts (an image of a type OpenAI does not read as
+    ``[image content]``). A ``function_call_output`` holds a result's own images, so
+    none move here. Send both as ``responses_items(calls, results) +
+    responses_followup(calls, results)``.
+    """
+    parts: ResponseInputMessageContentListParam = []
+    for block in followup_content(calls, results, lambda image: False):
+        if isinstance(block, TextContent):
+            parts.append({"type": "input_text", "text": block.text})
+        elif _readable(block):
+            parts.append({"type": "input_image", "image_url": _data_url(block), "detail": "auto"})
+        else:
+            parts.append({"type": "input_text", "text": IMAGE_PLACEHOLDER})
+    return [{"type": "message", "role": "user", "content": parts}] if parts else []
+
+
+def _readable(image: ImageContent) -> bool:
+    return image.mime_type in _IMAGE_TYPES
+
+
+def _data_url(image: ImageContent) -> str:
+    return f"data:{image.mime_type};base64,{image.data}"
+
+
 def _output(result: ToolResult) -> str | ResponseFunctionCallOutputItemListParam:
     blocks = visible_content(result)
     if not any(isinstance(b, ImageContent) and b.mime_type in _IMAGE_TYPES for b in blocks):
@@ -235,9 +303,8 @@ def _output(result: ToolResult) -> str | ResponseFunctionCallOutputItemListParam
         if isinstance(block, TextContent):
             if block.text:
                 parts.append({"type": "input_text", "text": block.text})
-        elif block.mime_type in _IMAGE_TYPES:
-            url = f"data:{block.mime_type};base64,{block.data}"
-            parts.append({"type": "input_image", "image_url": url})
+        elif _readable(block):
+            parts.append({"type": "input_image", "image_url": _data_url(block)})
         else:
             parts.append({"type": "input_text", "text": IMAGE_PLACEHOLDER})
     return parts
