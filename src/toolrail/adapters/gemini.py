@@ -175,7 +175,7 @@ def followup_parts(
     moved = (lambda image: False) if inline_images else _inline
     parts: list[PartDict] = []
     for block in followup_content(calls, results, moved):
-        if _inline(block):
+        if _inline(block):  # base64 text for bytes, as in _image_part
             parts.append({"inline_data": {"mime_type": block.mime_type,
                                           "data": cast(bytes, block.data)}})
         else:
