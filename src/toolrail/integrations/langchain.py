@@ -101,7 +101,7 @@ def tool_node(target: ToolRegistry | Scope, scope: Hashable | None = None, **opt
     return ToolNode(tools(target, scope), **options)
 
 
-def content_of(result: ToolResult) -> str | list[dict[str, Any]]:
+def content_of(result: ToolResult) -> str | list[str | dict[Any, Any]]:
     """A result's content and contexts as message content: a string, or blocks with images."""
     content: tuple[Content, ...] = result.content
     if result.contexts:
