@@ -41,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
 
 from pydantic import ConfigDict
 
-from .. import Content, ImageContent, Scope, ToolRegistry, ToolResult, thaw
+from .. import Content, ImageContent, Scope, TextContent, ToolRegistry, ToolResult, thaw
 from ._source import Source, source_of
 
 __all__ = ["ToolrailTool", "content_of", "tool_node", "tools"]
@@ -104,6 +104,8 @@ def tool_node(target: ToolRegistry | Scope, scope: Hashable | None = None, **opt
 def content_of(result: ToolResult) -> str | list[str | dict[Any, Any]]:
     """A result's content and contexts as message content: a string, or blocks with images."""
     content: tuple[Content, ...] = result.content
+    if len(content) == 1 and not result.contexts and type(content[0]) is TextContent:
+        return content[0].text
     if result.contexts:
         content += tuple(block for message in result.contexts for block in message.content)
     if not any(isinstance(block, ImageContent) for block in content):

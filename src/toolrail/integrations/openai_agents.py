@@ -37,8 +37,19 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
         "pip install 'toolrail[openai-agents]'"
     ) from exc
 
-from .. import Content, ImageContent, Scope, ToolCall, ToolRegistry, ToolResult, ToolSchema, thaw
-from ..adapters._strict import restore_absent, strict_schema
+from .. import (
+    Content,
+    ImageContent,
+    Scope,
+    TextContent,
+    ToolCall,
+    ToolRegistry,
+    ToolResult,
+    ToolSchema,
+    thaw,
+)
+from ..adapters._strict import _without_nulls as without_nulls
+from ..adapters._strict import strict_schema
 from ._source import Source, source_of
 
 __all__ = ["function_tools", "output_of"]
@@ -62,12 +73,14 @@ def function_tools(target: ToolRegistry | Scope, scope: Hashable | None = None, 
 
 def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> FunctionTool:
     name, key, execute = schema.name, source.key, source.execute
-    original = (schema,) if strict else None
+    root = thaw(schema.parameters) if strict else None
 
     async def invoke(context: ToolContext[Any], text: str) -> Any:
-        call = ToolCall.from_json(context.tool_call_id, name, text, scope=key)
-        if original is not None:
-            call = restore_absent([call], original)[0]
+        arguments = ToolCall.from_json("", name, text).arguments
+        # Only text holding a null can hold one strict mode added.
+        if root is not None and "null" in text and isinstance(arguments, dict):
+            arguments = without_nulls(arguments, root, root)
+        call = ToolCall(call_id=context.tool_call_id, name=name, arguments=arguments, scope=key)
         result: ToolResult = await execute(call)
         return output_of(result)
 
@@ -81,6 +94,8 @@ def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> Function
 def output_of(result: ToolResult) -> Any:
     """A result as a function tool's output: its text, or output items when it holds images."""
     content = result.content
+    if len(content) == 1 and not result.contexts and type(content[0]) is TextContent:
+        return content[0].text
     if result.contexts:
         content += tuple(block for message in result.contexts for block in message.content)
     if not any(isinstance(block, ImageContent) for block in content):

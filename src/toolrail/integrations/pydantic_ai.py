@@ -124,6 +124,8 @@ class ToolrailToolset(AbstractToolset[Any]):
 
 def content_of(content: tuple[Content, ...]) -> Any:
     """A result's content as pydantic-ai return content: one string, or a list with images."""
+    if len(content) == 1 and type(content[0]) is TextContent:
+        return content[0].text
     if all(type(block) is TextContent for block in content):
         return "\n".join(block.text for block in content)  # type: ignore[union-attr]
     return _parts(content)
