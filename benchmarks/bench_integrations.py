@@ -64,8 +64,10 @@ async def _pydantic_ai(repeat: int, target: float) -> list[Figure]:
         while not isinstance(node, CallToolsNode):
             node = await run.next(node)
         manager = run.ctx.deps.tool_manager
-        ctx = manager.ctx
-        tool = manager.tools["read"]
+        ctx, prepared = manager.ctx, manager.tools
+        if ctx is None or prepared is None:
+            raise RuntimeError("the run did not prepare its tool manager")
+        tool = prepared["read"]
         native = ToolCallPart("native_read", _work.ARGS, tool_call_id="c1")
         ours = ToolCallPart("read", _work.ARGS, tool_call_id="c1")
         return await ainterleave([
