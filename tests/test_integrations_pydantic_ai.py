@@ -232,3 +232,22 @@ async def test_cancelling_the_run_waits_for_the_started_body() -> None:
         await within(run)
     assert finished.is_set()
     assert seen == ["cancelled"]
+
+
+async def test_a_scope_handle_serves_its_own_view_and_close_stops_listening() -> None:
+    registry = tr.ToolRegistry()
+    registry.register(tr.tool(lambda: "g", name="global_tool", description="Global."))
+    seen: list[AgentInfo] = []
+    with registry.scope("s") as scope:
+        scope.restrict(allow=[])
+        scope.register(tr.tool(lambda: "mine", name="mine", description="Mine."))
+        toolset = ToolrailToolset(scope)
+        agent = Agent(scripted([call("mine", "m1")], seen=seen), toolsets=[toolset])
+        result = await within(agent.run("go"))
+        assert returns(result.all_messages())["m1"].content == "mine"
+        assert [t.name for t in seen[0].function_tools] == ["mine"]
+        toolset.close()
+        scope.register(tr.tool(lambda: "late", name="late", description="Late."))
+        seen.clear()
+        await within(Agent(scripted(seen=seen), toolsets=[toolset]).run("go"))
+        assert [t.name for t in seen[0].function_tools] == ["late", "mine"]
