@@ -26,6 +26,7 @@ Needs the ``openai-agents`` extra: ``pip install 'toolrail[openai-agents]'``.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import Any
 
 try:
@@ -76,11 +77,10 @@ def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> Function
     root = thaw(schema.parameters) if strict else None
 
     async def invoke(context: ToolContext[Any], text: str) -> Any:
-        arguments = ToolCall.from_json("", name, text).arguments
+        call = ToolCall.from_json(context.tool_call_id, name, text, scope=key)
         # Only text holding a null can hold one strict mode added.
-        if root is not None and "null" in text and isinstance(arguments, dict):
-            arguments = without_nulls(arguments, root, root)
-        call = ToolCall(call_id=context.tool_call_id, name=name, arguments=arguments, scope=key)
+        if root is not None and "null" in text and isinstance(call.arguments, dict):
+            call = replace(call, arguments=without_nulls(call.arguments, root, root))
         result: ToolResult = await execute(call)
         return output_of(result)
 
