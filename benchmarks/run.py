@@ -19,7 +19,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_mcp, bench_peers, bench_pipeline, bench_scheduler, bench_typed
+from benchmarks import (
+    bench_integrations,
+    bench_mcp,
+    bench_peers,
+    bench_pipeline,
+    bench_scheduler,
+    bench_typed,
+)
 
 # (name for --only, title, module)
 SUITES: tuple[tuple[str, str, Any], ...] = (
@@ -29,6 +36,8 @@ SUITES: tuple[tuple[str, str, Any], ...] = (
     ("mcp", "MCP", bench_mcp),
     ("peers", "peers: the same work through toolrail and each peer's own execution path",
      bench_peers),
+    ("integrations", "integrations: each framework's tool path over toolrail, beside its own",
+     bench_integrations),
 )
 
 

@@ -1,0 +1,117 @@
+"""LangChain: ``BaseTool``\\ s that run ``execute``, and a LangGraph ``ToolNode`` of them.
+
+>>> registry = ToolRegistry()
+>>> tools(registry, scope="agent-1")
+[]
+
+- One ``ToolrailTool`` per schema the scope sees now; ``args_schema`` is the schema
+  itself (a JSON Schema dict, which ``bind_tools`` sends as is). The list is a
+  snapshot: call ``tools`` again after the registry changes.
+- The model's arguments reach the registry untouched (LangChain does not validate a
+  dict schema); invoked with a tool call (``{"type": "tool_call", "id": ...}``), the
+  call id is LangChain's and the output is a ``ToolMessage``.
+- ``response_format="content_and_artifact"``: the message content is the result's
+  content (a string, or standard ``text``/``image`` blocks when it holds an image,
+  with the result's contexts after it) and the ``artifact`` is the ``ToolResult``
+  itself (value, meta, error code, contexts).
+- A failure is a ``ToolMessage`` with ``status="error"`` and the ``Error: ...`` text
+  (invoked with plain arguments, no tool call: the content, and the result as artifact).
+- Only async invocation (``ainvoke``, ``astream``, an async graph) runs the pipeline;
+  ``invoke`` raises ``NotImplementedError``, for the registry belongs to one event loop.
+- ``tool_node(...)`` (needs ``langgraph``) is ``ToolNode(tools(...))``: LangGraph's node
+  still fans the calls of one message out in parallel; toolrail runs each one.
+
+Needs the ``langchain`` extra: ``pip install 'toolrail[langchain]'``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable
+from typing import Any
+
+try:
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import BaseTool
+except ImportError as exc:  # pragma: no cover - the extra is installed in development
+    raise ImportError(
+        "toolrail.integrations.langchain needs the langchain extra: "
+        "pip install 'toolrail[langchain]'"
+    ) from exc
+
+from pydantic import ConfigDict
+
+from .. import Content, ImageContent, Scope, TextContent, ToolRegistry, ToolResult, thaw
+from ._source import Source, source_of
+
+__all__ = ["ToolrailTool", "content_of", "tool_node", "tools"]
+
+
+class ToolrailTool(BaseTool):
+    """One registry tool as a LangChain tool; build them with :func:`tools`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    source: Source
+    response_format: Any = "content_and_artifact"
+
+    def _to_args_and_kwargs(self, tool_input: str | dict[str, Any],
+                            tool_call_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # The one override that matters: hand the raw arguments and LangChain's call id
+        # to _arun, so the registry (not LangChain) snapshots and validates them.
+        return (), {"arguments": tool_input, "call_id": tool_call_id}
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"tool {self.name!r} runs toolrail's async pipeline: use ainvoke, not invoke"
+        )
+
+    async def _arun(self, *, arguments: Any, call_id: str | None, **_: Any) -> tuple[Any, Any]:
+        result = await self.source.call(call_id or uuid.uuid4().hex, self.name, arguments)
+        if call_id is None:
+            return content_of(result), result
+        # A ToolMessage of our own carries the error status LangChain only sets for
+        # exceptions, while keeping the result as the artifact.
+        status = "error" if result.is_error else "success"
+        message = ToolMessage(content_of(result), artifact=result, tool_call_id=call_id,
+                              name=self.name, status=status)
+        return message, None
+
+
+def tools(target: ToolRegistry | Scope, scope: Hashable | None = None) -> list[ToolrailTool]:
+    """LangChain tools for the tools ``target`` shows ``scope``, in ``schemas`` order.
+
+    Args:
+        target: a ``ToolRegistry`` (viewed through ``scope``) or a ``Scope`` handle.
+        scope: the scope key when ``target`` is a registry; ``None`` is the global view.
+    """
+    source = source_of(target, scope)
+    return [
+        ToolrailTool(name=schema.name, description=schema.description,
+                     args_schema=thaw(schema.parameters), source=source)
+        for schema in source.schemas()
+    ]
+
+
+def tool_node(target: ToolRegistry | Scope, scope: Hashable | None = None, **options: Any) -> Any:
+    """A LangGraph ``ToolNode`` over :func:`tools`; ``options`` go to ``ToolNode``."""
+    try:
+        from langgraph.prebuilt import ToolNode
+    except ImportError as exc:
+        raise ImportError("tool_node needs langgraph: pip install 'toolrail[langgraph]'") from exc
+    return ToolNode(tools(target, scope), **options)
+
+
+def content_of(result: ToolResult) -> str | list[str | dict[Any, Any]]:
+    """A result's content and contexts as message content: a string, or blocks with images."""
+    content: tuple[Content, ...] = result.content
+    if len(content) == 1 and not result.contexts and type(content[0]) is TextContent:
+        return content[0].text
+    if result.contexts:
+        content += tuple(block for message in result.contexts for block in message.content)
+    if not any(isinstance(block, ImageContent) for block in content):
+        return "\n".join(block.text for block in content)  # type: ignore[union-attr]
+    return [
+        {"type": "image", "base64": block.data, "mime_type": block.mime_type}
+        if isinstance(block, ImageContent) else {"type": "text", "text": block.text}
+        for block in content
+    ]

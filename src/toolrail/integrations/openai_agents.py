@@ -1,0 +1,109 @@
+"""OpenAI Agents SDK: ``FunctionTool``\\ s whose ``on_invoke_tool`` runs ``execute``.
+
+>>> from agents import Agent
+>>> registry = ToolRegistry()
+>>> agent = Agent(name="helper", tools=function_tools(registry, scope="agent-1"))
+
+- One ``FunctionTool`` per schema the scope sees now, in ``schemas`` order. The list
+  is a snapshot: call ``function_tools`` again after the registry changes (a tool
+  removed since is then reported as an unknown tool, never run).
+- ``strict=True`` (the SDK's own default) rewrites each schema with toolrail's strict
+  transform (``toolrail.adapters.openai``'s, the same rules and ``ValueError``); the
+  ``null`` the model then sends for an optional property it leaves out is removed
+  again before the call reaches the registry, so the tool sees the property absent.
+- Each call is ``execute(ToolCall.from_json(<the SDK's tool_call_id>, name, text))``.
+- The output is the result's text, or a list of ``ToolOutputText`` and
+  ``ToolOutputImage`` (data URLs) when it holds an image. A failure's output is its
+  ``Error: ...`` text: the SDK sends it to the model as the tool's output, as it does
+  for its own failing tools. A result's contexts follow as further text/image items,
+  for the SDK has no separate channel for them.
+- The SDK's ``needs_approval``, guardrails and timeouts stay available but are not
+  needed: toolrail's approver, guards and ``Tool.timeout`` already apply.
+
+Needs the ``openai-agents`` extra: ``pip install 'toolrail[openai-agents]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import replace
+from typing import Any
+
+try:
+    from agents import FunctionTool, ToolOutputImage, ToolOutputText
+    from agents.tool_context import ToolContext
+except ImportError as exc:  # pragma: no cover - the extra is installed in development
+    raise ImportError(
+        "toolrail.integrations.openai_agents needs the openai-agents extra: "
+        "pip install 'toolrail[openai-agents]'"
+    ) from exc
+
+from .. import (
+    Content,
+    ImageContent,
+    Scope,
+    TextContent,
+    ToolCall,
+    ToolRegistry,
+    ToolResult,
+    ToolSchema,
+    thaw,
+)
+from ..adapters._strict import _without_nulls as without_nulls
+from ..adapters._strict import strict_schema
+from ._source import Source, source_of
+
+__all__ = ["function_tools", "output_of"]
+
+
+def function_tools(target: ToolRegistry | Scope, scope: Hashable | None = None, *,
+                   strict: bool = True) -> list[FunctionTool]:
+    """The SDK's ``FunctionTool``\\ s for the tools ``target`` shows ``scope``.
+
+    Args:
+        target: a ``ToolRegistry`` (viewed through ``scope``) or a ``Scope`` handle.
+        scope: the scope key when ``target`` is a registry; ``None`` is the global view.
+        strict: send strict schemas (OpenAI Structured Outputs).
+
+    Raises:
+        ValueError: ``strict`` and a schema strict mode cannot express (names the tool).
+    """
+    source = source_of(target, scope)
+    return [_function_tool(source, schema, strict) for schema in source.schemas()]
+
+
+def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> FunctionTool:
+    name, key, execute = schema.name, source.key, source.execute
+    root = thaw(schema.parameters) if strict else None
+
+    async def invoke(context: ToolContext[Any], text: str) -> Any:
+        call = ToolCall.from_json(context.tool_call_id, name, text, scope=key)
+        # Only text holding a null can hold one strict mode added.
+        if root is not None and "null" in text and isinstance(call.arguments, dict):
+            call = replace(call, arguments=without_nulls(call.arguments, root, root))
+        result: ToolResult = await execute(call)
+        return output_of(result)
+
+    parameters = strict_schema(name, thaw(schema.parameters)) if strict else thaw(schema.parameters)
+    return FunctionTool(
+        name=name, description=schema.description, params_json_schema=parameters,
+        on_invoke_tool=invoke, strict_json_schema=strict,
+    )
+
+
+def output_of(result: ToolResult) -> Any:
+    """A result as a function tool's output: its text, or output items when it holds images."""
+    content = result.content
+    if len(content) == 1 and not result.contexts and type(content[0]) is TextContent:
+        return content[0].text
+    if result.contexts:
+        content += tuple(block for message in result.contexts for block in message.content)
+    if not any(isinstance(block, ImageContent) for block in content):
+        return "\n".join(block.text for block in content)  # type: ignore[union-attr]
+    return [_item(block) for block in content]
+
+
+def _item(block: Content) -> ToolOutputText | ToolOutputImage:
+    if isinstance(block, ImageContent):
+        return ToolOutputImage(image_url=f"data:{block.mime_type};base64,{block.data}")
+    return ToolOutputText(text=block.text)
