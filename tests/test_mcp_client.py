@@ -120,7 +120,7 @@ async def test_calls_come_back_as_values_content_and_errors() -> None:
     assert bad.error is not None
     assert bad.error.code == "INVALID_ARGS"
     assert raw.error == tr.ErrorInfo(
-        "arguments must be a JSON object, got str", "INVALID_ARGS", "ToolArgsError"
+        'invalid arguments: "arguments" must be an object', "INVALID_ARGS", "ToolArgsError"
     )
 
 
@@ -424,16 +424,6 @@ async def test_over_stdio_a_cancelled_call_stops_the_remote_body() -> None:
     assert aborted.error.code == "ABORTED"
     assert isinstance(outcomes.value, tuple)
     assert "slow:ABORTED" in outcomes.value
-
-
-async def test_over_stdio_a_server_killed_mid_call_fails_the_call_instead_of_hanging() -> None:
-    local = tr.ToolRegistry()
-    async with toolrail.mcp.connect(local, **stdio_options()):
-        died = await asyncio.wait_for(local.execute(call("die")), WAIT)
-        after = await asyncio.wait_for(local.execute(call("add", "c2", a=1, b=1)), WAIT)
-
-    assert died.error == tr.ErrorInfo("Connection closed", None, "MCPError")
-    assert after.is_error
 
 
 async def test_connect_over_streamable_http_with_headers(http_url: str) -> None:

@@ -93,9 +93,11 @@ async def test_over_stdio_tools_list_carries_output_schemas_and_annotations() ->
         "die",
         "fail",
         "grow",
+        "lone_surrogate",
         "outcomes",
         "slow",
         "stats",
+        "text",
         "wait_started",
     ]
     add = tools["add"]
@@ -723,6 +725,7 @@ def test_the_package_facade_lists_exactly_its_public_names() -> None:
     assert toolrail.mcp.__all__ == [
         "Attachment",
         "Changes",
+        "ConnectionFailed",
         "attach",
         "connect",
         "serve_http",
