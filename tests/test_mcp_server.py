@@ -23,7 +23,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 from pydantic import BaseModel
 
@@ -281,6 +281,72 @@ def http_url() -> Iterator[str]:
     """One server process for the module's HTTP tests (each grows its own tool names)."""
     with http_server() as url:
         yield url
+
+
+async def test_over_stdio_a_tools_only_server_answers_resources_prompts_and_log_levels() -> None:
+    async with stdio_session() as session:
+        resources = await session.list_resources()
+        templates = await session.list_resource_templates()
+        prompts = await session.list_prompts()
+        with pytest.warns(MCPDeprecationWarning):
+            level = await session.set_logging_level("debug")
+
+    assert resources.resources == []
+    assert templates.resource_templates == []
+    assert prompts.prompts == []
+    assert level is not None
+
+
+UNENCODABLE = (
+    "the result cannot be sent over MCP: it holds text that is not valid Unicode "
+    "(a lone surrogate, as os.listdir gives for a file name that is not UTF-8)"
+)
+
+
+def assert_unencodable(result: types.CallToolResult) -> None:
+    assert result.is_error
+    assert text_of(result) == f"Error: {UNENCODABLE}"
+    assert result.meta == {
+        "toolrail/error": {"message": UNENCODABLE, "code": "INVALID_TOOL_OUTPUT"}
+    }
+
+
+async def test_over_stdio_a_lone_surrogate_in_a_result_is_an_error_and_the_session_lives_on() -> (
+    None
+):
+    async with stdio_session() as session:
+        surrogate = await asyncio.wait_for(session.call_tool("lone_surrogate", {}), WAIT)
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 1, "b": 2}), WAIT)
+
+    assert_unencodable(surrogate)
+    assert added.structured_content == {"result": 3}
+
+
+async def test_over_http_a_lone_surrogate_in_a_result_is_an_error_result(http_url: str) -> None:
+    async with (
+        streamable_http_client(http_url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        surrogate = await asyncio.wait_for(session.call_tool("lone_surrogate", {}), WAIT)
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 1, "b": 2}), WAIT)
+
+    assert_unencodable(surrogate)
+    assert added.structured_content == {"result": 3}
+
+
+async def test_a_text_result_without_an_output_schema_is_sent_once(http_url: str) -> None:
+    async with (
+        streamable_http_client(http_url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        text = await asyncio.wait_for(session.call_tool("text", {"size": 3}), WAIT)
+
+    assert text.structured_content is None
+    assert [block.model_dump(exclude_none=True) for block in text.content] == [
+        {"type": "text", "text": "xxx"}
+    ]
 
 
 async def test_over_streamable_http_tools_list_calls_and_list_changed_work(http_url: str) -> None:

@@ -93,7 +93,32 @@ def server(
     app.add_request_handler("tools/list", types.PaginatedRequestParams, view.list_tools)
     app.add_request_handler("tools/call", types.CallToolRequestParams, view.call_tool)
     app.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
+    # A tools-only server still answers what clients ask of any server, as the SDK's
+    # MCPServer does: nothing to list, and any log level accepted (it logs nothing).
+    for method, key in _EMPTY_LISTS.items():
+        app.add_request_handler(method, types.PaginatedRequestParams, _empty(key))
+    app.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _accept_level)
     return app
+
+
+_EMPTY_LISTS = {
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+    "prompts/list": "prompts",
+}
+
+
+def _empty(key: str) -> Any:
+    async def handler(ctx: ServerRequestContext[_Run], params: Any) -> dict[str, Any]:
+        return {key: [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+
+    return handler
+
+
+async def _accept_level(
+    ctx: ServerRequestContext[_Run], params: types.SetLevelRequestParams
+) -> dict[str, Any]:
+    return {}
 
 
 class _Server(Server["_Run"]):
