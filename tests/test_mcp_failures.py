@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import signal
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
 import pytest
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 
 import toolrail as tr
 import toolrail.mcp
@@ -205,3 +211,76 @@ async def test_a_ten_megabyte_text_crosses_http_within_max_message_bytes() -> No
 def test_max_message_bytes_is_checked_at_once() -> None:
     with pytest.raises(ValueError, match="max_message_bytes must be a positive int or None"):
         toolrail.mcp.connect(tr.ToolRegistry(), url="http://127.0.0.1:1/mcp", max_message_bytes=0)
+
+
+# ---- Ctrl-C while serving over HTTP -------------------------------------------------------
+
+
+async def interrupt_serve(during_a_call: bool) -> tuple[int, str, types.CallToolResult | None]:
+    """Run ``toolrail serve ... --http``, SIGINT it (during a call, if asked); its exit
+    code, its stderr, and what the running call answered."""
+    port = free_port()
+    process = start_serving(port)
+    try:
+        wait_until_listening(process, port)
+        answer: types.CallToolResult | None = None
+        async with (
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp", terminate_on_close=False) as (
+                read,
+                write,
+            ),
+            ClientSession(read, write) as session,
+        ):
+            await asyncio.wait_for(session.initialize(), WAIT)
+            if during_a_call:
+                slow = asyncio.ensure_future(session.call_tool("slow", {}))
+                await asyncio.wait_for(session.call_tool("wait_started", {}), WAIT)
+            process.send_signal(signal.SIGINT)
+            if during_a_call:
+                answer = await asyncio.wait_for(slow, WAIT)
+        code = await asyncio.to_thread(process.wait, WAIT)
+        assert process.stderr is not None
+        return code, process.stderr.read(), answer
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def start_serving(port: int) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "toolrail", "serve", f"{SERVER}:build"]
+    return subprocess.Popen(
+        [*command, "--http", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_until_listening(process: subprocess.Popen[str], port: int) -> None:
+    give_up = time.monotonic() + WAIT
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > give_up or process.poll() is not None:
+                raise
+            time.sleep(0.05)  # polling the subprocess's readiness, bounded above
+
+
+async def test_ctrl_c_while_a_call_runs_over_http_aborts_it_and_exits_0() -> None:
+    code, stderr, answer = await interrupt_serve(during_a_call=True)
+
+    assert code == 0
+    assert "Traceback" not in stderr
+    assert answer is not None
+    assert answer.is_error
+    assert answer.meta is not None
+    assert answer.meta["toolrail/error"]["code"] == "ABORTED"
+
+
+async def test_ctrl_c_on_an_idle_http_server_exits_0_without_a_traceback() -> None:
+    code, stderr, _ = await interrupt_serve(during_a_call=False)
+
+    assert code == 0
+    assert "Traceback" not in stderr

@@ -89,6 +89,7 @@ def server(
         get_tool_input_schema=view.input_schema,
         on_subscriptions_listen=listen,
     )
+    app.view = view
     # Registered this way the handlers may return the wire dicts (no model round trip).
     app.add_request_handler("tools/list", types.PaginatedRequestParams, view.list_tools)
     app.add_request_handler("tools/call", types.CallToolRequestParams, view.call_tool)
@@ -124,6 +125,13 @@ async def _accept_level(
 class _Server(Server["_Run"]):
     """The SDK's ``Server``, advertising ``tools.listChanged`` whoever builds the options."""
 
+    view: _View
+
+    def cancel_calls(self, reason: str) -> None:
+        """Fire the signal of every call in progress (``serve_http`` stopping)."""
+        for controller in list(self.view.running):
+            controller.cancel(reason)
+
     def create_initialization_options(
         self,
         notification_options: NotificationOptions | None = None,
@@ -140,11 +148,12 @@ class _Server(Server["_Run"]):
 class _View:
     """One scope's view of the registry, as the handlers need it."""
 
-    __slots__ = ("_listed", "_listing", "registry", "scope")
+    __slots__ = ("_listed", "_listing", "registry", "running", "scope")
 
     def __init__(self, registry: ToolRegistry, scope: Hashable | None) -> None:
         self.registry = registry
         self.scope = scope
+        self.running: set[_Controller] = set()  # the calls in progress, on every transport
         self._listed: tuple[Tool | None, ...] | None = None
         self._listing: list[dict[str, Any]] = []
 
@@ -192,14 +201,18 @@ class _View:
             signal=controller.signal,
         )
         tool = self.registry.get(name, self.scope)
-        # Never a CancelledError inside the call: its cancellations reach it as its signal.
-        if _hold(ctx, controller):
-            try:
-                result = await self.registry.execute(call)
-            finally:
-                controller.release()
-        else:
-            result = await _in_a_task(self.registry.execute(call), controller)
+        self.running.add(controller)
+        try:
+            # Never a CancelledError inside the call: its cancellations reach it as its signal.
+            if _hold(ctx, controller):
+                try:
+                    result = await self.registry.execute(call)
+                finally:
+                    controller.release()
+            else:
+                result = await _in_a_task(self.registry.execute(call), controller)
+        finally:
+            self.running.discard(controller)
         return wire_result(result, tool)
 
 
