@@ -811,3 +811,81 @@ def test_importing_toolrail_imports_neither_mcp_nor_opentelemetry() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=WAIT, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# ---- approval over MCP: approver="elicit" --------------------------------------------------
+
+
+def approval_registry(local_answers: list[str]) -> tr.ToolRegistry:
+    """A tool a policy asks approval for, and a registry approver that always rejects."""
+
+    def local(request: tr.ApprovalRequest) -> str:
+        local_answers.append(request.tool_name)
+        return "rejected"
+
+    registry = tr.ToolRegistry(approver=local)
+    registry.pre_execute(lambda execution, call_next: tr.Ask())
+
+    @registry.tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    return registry
+
+
+def answering(action: str, asked: list[str]) -> Any:
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    return elicit
+
+
+@pytest.mark.parametrize(
+    ("action", "text"),
+    [
+        ("accept", "deleted a.txt"),
+        ("decline", 'Error: the user rejected tool "delete"'),
+        ("cancel", 'Error: approval for tool "delete" was cancelled'),
+    ],
+)
+async def test_with_approver_elicit_a_call_needing_approval_asks_the_mcp_client(
+    action: str, text: str
+) -> None:
+    local_answers: list[str] = []
+    asked: list[str] = []
+    registry = approval_registry(local_answers)
+    app = toolrail.mcp.server(registry, approver="elicit")
+    elicit = answering(action, asked)
+    async with mcp.Client(app, mode="legacy", elicitation_callback=elicit) as client:
+        result = await asyncio.wait_for(client.call_tool("delete", {"path": "a.txt"}), WAIT)
+    local_result = await registry.execute(
+        tr.ToolCall(call_id="l1", name="delete", arguments={"path": "b.txt"})
+    )
+
+    assert text_of(result) == text
+    assert asked == ['Allow tool "delete" with arguments {"path": "a.txt"}?']
+    assert local_answers == ["delete"]  # only the call outside MCP asked the registry's
+    assert local_result.error is not None
+    assert local_result.error.code == "DENIED"
+
+
+async def test_with_approver_elicit_a_client_without_elicitation_is_unavailable() -> None:
+    local_answers: list[str] = []
+    app = toolrail.mcp.server(approval_registry(local_answers), approver="elicit")
+    async with mcp.Client(app, mode="legacy") as client:
+        result = await asyncio.wait_for(client.call_tool("delete", {"path": "a.txt"}), WAIT)
+
+    assert result.is_error
+    assert text_of(result) == (
+        'Error: tool "delete" requires approval, but no approval channel is available'
+    )
+    assert result.meta is not None
+    assert result.meta["toolrail/error"]["code"] == "DENIED"
+    assert local_answers == []
+
+
+def test_server_takes_only_elicit_as_approver() -> None:
+    with pytest.raises(ValueError, match='approver must be "elicit" or None'):
+        toolrail.mcp.server(tr.ToolRegistry(), approver="ask")  # type: ignore[arg-type]
