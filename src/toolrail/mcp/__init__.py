@@ -1,4 +1,4 @@
-"""toolrail over MCP, both ways, on the official ``mcp`` SDK (2.x).
+"""toolrail over MCP, both ways, on the official ``mcp`` SDK (2.3 or later).
 
 * **Serve** a registry: ``server(registry, scope=...)`` is an SDK ``Server`` whose
   ``tools/list`` is ``registry.schemas(scope)`` and whose ``tools/call`` runs the full
