@@ -630,7 +630,6 @@ class _Link:
             self.handle = Attachment(
                 self.target, session, prefix=self.prefix, tool_timeout=self.tool_timeout
             )
-            self.handle._on_lost = self.lost.set
         self.handle._on_lost = self.lost.set
         return self.handle._use(session)
 
