@@ -120,7 +120,7 @@ async def test_calls_come_back_as_values_content_and_errors() -> None:
     assert bad.error is not None
     assert bad.error.code == "INVALID_ARGS"
     assert raw.error == tr.ErrorInfo(
-        "arguments must be a JSON object, got str", "INVALID_ARGS", "ToolArgsError"
+        'invalid arguments: "arguments" must be an object', "INVALID_ARGS", "ToolArgsError"
     )
 
 
@@ -426,16 +426,6 @@ async def test_over_stdio_a_cancelled_call_stops_the_remote_body() -> None:
     assert "slow:ABORTED" in outcomes.value
 
 
-async def test_over_stdio_a_server_killed_mid_call_fails_the_call_instead_of_hanging() -> None:
-    local = tr.ToolRegistry()
-    async with toolrail.mcp.connect(local, **stdio_options()):
-        died = await asyncio.wait_for(local.execute(call("die")), WAIT)
-        after = await asyncio.wait_for(local.execute(call("add", "c2", a=1, b=1)), WAIT)
-
-    assert died.error == tr.ErrorInfo("Connection closed", None, "MCPError")
-    assert after.is_error
-
-
 async def test_connect_over_streamable_http_with_headers(http_url: str) -> None:
     local = tr.ToolRegistry()
     async with toolrail.mcp.connect(
@@ -449,3 +439,71 @@ async def test_connect_over_streamable_http_with_headers(http_url: str) -> None:
     assert added.value == 3
     assert add is not None
     assert add.timeout == 30
+
+
+# ---- arguments checked against inputSchema before the round trip -------------------------
+
+
+def strict_server(calls: list[dict[str, Any]]) -> Server[Any]:
+    """A low-level SDK server that checks nothing itself and refuses ``q == "bad"``."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "q": {"type": "string"},
+            "n": {"type": "array", "items": {"type": "integer"}},
+        },
+        "required": ["q"],
+        "additionalProperties": False,
+    }
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="find", input_schema=schema)])
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        calls.append(dict(params.arguments or {}))
+        bad = (params.arguments or {}).get("q") == "bad"
+        return types.CallToolResult(
+            content=[types.TextContent(text="nope" if bad else "ok")], is_error=bad
+        )
+
+    return Server("strict", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_arguments_the_input_schema_rejects_are_invalid_args_and_never_sent() -> None:
+    calls: list[dict[str, Any]] = []
+    async with attached(strict_server(calls)) as (local, _):
+        wrong_type = await local.execute(call("find", q=1))
+        missing = await local.execute(call("find", n=[1]))
+        extra = await local.execute(call("find", q="x", z=1))
+        deep = await local.execute(call("find", q="x", n=[1, "two"]))
+        refused = await local.execute(call("find", q="bad"))
+        fine = await local.execute(call("find", q="x", n=[1, 2]))
+
+    assert wrong_type.error == tr.ErrorInfo(
+        "invalid arguments: \"q\": 1 is not of type 'string'", "INVALID_ARGS", "ToolArgsError"
+    )
+    assert missing.error is not None
+    assert missing.error.message == 'invalid arguments: missing required property "q"'
+    assert extra.error is not None
+    assert extra.error.message == 'invalid arguments: unexpected property "z"'
+    assert deep.error is not None
+    assert deep.error.message == "invalid arguments: \"n[1]\": 'two' is not of type 'integer'"
+    assert refused.error == tr.ErrorInfo("nope", "TOOL_ERROR", "ToolError")  # the server's own
+    assert fine.value == "ok"
+    assert calls == [{"q": "bad"}, {"q": "x", "n": [1, 2]}]
+
+
+async def test_over_stdio_bad_arguments_are_invalid_args_before_the_round_trip() -> None:
+    local = tr.ToolRegistry()
+    async with toolrail.mcp.connect(local, **stdio_options()):
+        bad = await local.execute(call("add", a="two", b=1))
+        added = await local.execute(call("add", "c2", a=2, b=1))
+
+    assert bad.error == tr.ErrorInfo(
+        "invalid arguments: \"a\": 'two' is not of type 'integer'", "INVALID_ARGS", "ToolArgsError"
+    )
+    assert added.value == 3

@@ -23,7 +23,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 from pydantic import BaseModel
 
@@ -93,9 +93,11 @@ async def test_over_stdio_tools_list_carries_output_schemas_and_annotations() ->
         "die",
         "fail",
         "grow",
+        "lone_surrogate",
         "outcomes",
         "slow",
         "stats",
+        "text",
         "wait_started",
     ]
     add = tools["add"]
@@ -279,6 +281,72 @@ def http_url() -> Iterator[str]:
     """One server process for the module's HTTP tests (each grows its own tool names)."""
     with http_server() as url:
         yield url
+
+
+async def test_over_stdio_a_tools_only_server_answers_resources_prompts_and_log_levels() -> None:
+    async with stdio_session() as session:
+        resources = await session.list_resources()
+        templates = await session.list_resource_templates()
+        prompts = await session.list_prompts()
+        with pytest.warns(MCPDeprecationWarning):
+            level = await session.set_logging_level("debug")
+
+    assert resources.resources == []
+    assert templates.resource_templates == []
+    assert prompts.prompts == []
+    assert level is not None
+
+
+UNENCODABLE = (
+    "the result cannot be sent over MCP: it holds text that is not valid Unicode "
+    "(a lone surrogate, as os.listdir gives for a file name that is not UTF-8)"
+)
+
+
+def assert_unencodable(result: types.CallToolResult) -> None:
+    assert result.is_error
+    assert text_of(result) == f"Error: {UNENCODABLE}"
+    assert result.meta == {
+        "toolrail/error": {"message": UNENCODABLE, "code": "INVALID_TOOL_OUTPUT"}
+    }
+
+
+async def test_over_stdio_a_lone_surrogate_in_a_result_is_an_error_and_the_session_lives_on() -> (
+    None
+):
+    async with stdio_session() as session:
+        surrogate = await asyncio.wait_for(session.call_tool("lone_surrogate", {}), WAIT)
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 1, "b": 2}), WAIT)
+
+    assert_unencodable(surrogate)
+    assert added.structured_content == {"result": 3}
+
+
+async def test_over_http_a_lone_surrogate_in_a_result_is_an_error_result(http_url: str) -> None:
+    async with (
+        streamable_http_client(http_url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        surrogate = await asyncio.wait_for(session.call_tool("lone_surrogate", {}), WAIT)
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 1, "b": 2}), WAIT)
+
+    assert_unencodable(surrogate)
+    assert added.structured_content == {"result": 3}
+
+
+async def test_a_text_result_without_an_output_schema_is_sent_once(http_url: str) -> None:
+    async with (
+        streamable_http_client(http_url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        text = await asyncio.wait_for(session.call_tool("text", {"size": 3}), WAIT)
+
+    assert text.structured_content is None
+    assert [block.model_dump(exclude_none=True) for block in text.content] == [
+        {"type": "text", "text": "xxx"}
+    ]
 
 
 async def test_over_streamable_http_tools_list_calls_and_list_changed_work(http_url: str) -> None:
@@ -723,6 +791,7 @@ def test_the_package_facade_lists_exactly_its_public_names() -> None:
     assert toolrail.mcp.__all__ == [
         "Attachment",
         "Changes",
+        "ConnectionFailed",
         "attach",
         "connect",
         "serve_http",
@@ -742,3 +811,81 @@ def test_importing_toolrail_imports_neither_mcp_nor_opentelemetry() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=WAIT, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# ---- approval over MCP: approver="elicit" --------------------------------------------------
+
+
+def approval_registry(local_answers: list[str]) -> tr.ToolRegistry:
+    """A tool a policy asks approval for, and a registry approver that always rejects."""
+
+    def local(request: tr.ApprovalRequest) -> str:
+        local_answers.append(request.tool_name)
+        return "rejected"
+
+    registry = tr.ToolRegistry(approver=local)
+    registry.pre_execute(lambda execution, call_next: tr.Ask())
+
+    @registry.tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    return registry
+
+
+def answering(action: str, asked: list[str]) -> Any:
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    return elicit
+
+
+@pytest.mark.parametrize(
+    ("action", "text"),
+    [
+        ("accept", "deleted a.txt"),
+        ("decline", 'Error: the user rejected tool "delete"'),
+        ("cancel", 'Error: approval for tool "delete" was cancelled'),
+    ],
+)
+async def test_with_approver_elicit_a_call_needing_approval_asks_the_mcp_client(
+    action: str, text: str
+) -> None:
+    local_answers: list[str] = []
+    asked: list[str] = []
+    registry = approval_registry(local_answers)
+    app = toolrail.mcp.server(registry, approver="elicit")
+    elicit = answering(action, asked)
+    async with mcp.Client(app, mode="legacy", elicitation_callback=elicit) as client:
+        result = await asyncio.wait_for(client.call_tool("delete", {"path": "a.txt"}), WAIT)
+    local_result = await registry.execute(
+        tr.ToolCall(call_id="l1", name="delete", arguments={"path": "b.txt"})
+    )
+
+    assert text_of(result) == text
+    assert asked == ['Allow tool "delete" with arguments {"path": "a.txt"}?']
+    assert local_answers == ["delete"]  # only the call outside MCP asked the registry's
+    assert local_result.error is not None
+    assert local_result.error.code == "DENIED"
+
+
+async def test_with_approver_elicit_a_client_without_elicitation_is_unavailable() -> None:
+    local_answers: list[str] = []
+    app = toolrail.mcp.server(approval_registry(local_answers), approver="elicit")
+    async with mcp.Client(app, mode="legacy") as client:
+        result = await asyncio.wait_for(client.call_tool("delete", {"path": "a.txt"}), WAIT)
+
+    assert result.is_error
+    assert text_of(result) == (
+        'Error: tool "delete" requires approval, but no approval channel is available'
+    )
+    assert result.meta is not None
+    assert result.meta["toolrail/error"]["code"] == "DENIED"
+    assert local_answers == []
+
+
+def test_server_takes_only_elicit_as_approver() -> None:
+    with pytest.raises(ValueError, match='approver must be "elicit" or None'):
+        toolrail.mcp.server(tr.ToolRegistry(), approver="ask")  # type: ignore[arg-type]

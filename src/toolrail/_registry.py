@@ -12,7 +12,9 @@ one scope's layer; the execute pipeline lives in ``_pipeline``, the scheduler in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _pipeline, _scheduler
@@ -82,6 +84,20 @@ class _ScopeState:
         self.schemas: tuple[int, int, list[ToolSchema]] | None = None
 
 
+_APPROVER: ContextVar[tuple[ToolRegistry, Approver] | None] = ContextVar(
+    "toolrail_approver", default=None)
+
+
+@contextmanager
+def approving_with(registry: ToolRegistry, approver: Approver) -> Iterator[None]:
+    """Have the calls ``registry`` runs in this context ask ``approver`` (integrations)."""
+    token = _APPROVER.set((registry, approver))
+    try:
+        yield
+    finally:
+        _APPROVER.reset(token)
+
+
 class ToolRegistry:
     """Tools, middleware and observers for many agents, and the pipeline that runs calls.
 
@@ -96,7 +112,7 @@ class ToolRegistry:
     def __init__(
         self, *, approver: Approver | None = None, logger: logging.Logger | None = None
     ) -> None:
-        self.approver = approver
+        self._approver = approver
         self.logger = logger if logger is not None else logging.getLogger("toolrail")
         self._tools: dict[str, Entry] = {}
         self._guards: tuple[_Registration, ...] = ()
@@ -108,6 +124,22 @@ class ToolRegistry:
 
     def __repr__(self) -> str:
         return f"<ToolRegistry tools={len(self._tools)} scopes={len(self._scopes)}>"
+
+    @property
+    def approver(self) -> Approver | None:
+        """Who is asked when a call needs approval; read at the moment a call asks.
+
+        Inside ``approving_with(registry, approver)`` (an integration's hook: the MCP
+        server asking its client), the calls of that context ask that approver instead.
+        """
+        override = _APPROVER.get()
+        if override is not None and override[0] is self:
+            return override[1]
+        return self._approver
+
+    @approver.setter
+    def approver(self, approver: Approver | None) -> None:
+        self._approver = approver
 
     # ---- the global layer -----------------------------------------------------------
 

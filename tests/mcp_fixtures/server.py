@@ -1,12 +1,17 @@
 """A toolrail registry served over MCP for the tests, in a process of its own.
 
-    python server.py stdio          # serve_stdio
-    python server.py http PORT      # serve_http on 127.0.0.1:PORT
+    python server.py stdio [--pid-tool]          # serve_stdio
+    python server.py http PORT [--pid-tool]      # serve_http on 127.0.0.1:PORT
+
+``--pid-tool`` adds a tool named ``pid_<process id>``, so a client that reconnects to a
+new process sees its listing change.
 
 Besides ordinary tools it has tools that let a test look inside the server without
 sleeping: ``wait_started`` returns once ``slow`` is running, ``outcomes`` once some
 call ended ``ABORTED`` (every result's ``name:code`` as the observer saw it), ``grow``
-registers a tool (a registry change), and ``die`` kills the process mid-call.
+registers a tool (a registry change), and ``die`` kills the process mid-call. ``text``
+returns a text of any size (a tool without an output schema), ``lone_surrogate`` a
+text no UTF-8 encoder takes.
 """
 
 from __future__ import annotations
@@ -27,8 +32,17 @@ class Stats(TypedDict):
     total: float
 
 
-def build() -> tr.ToolRegistry:
+def build(pid_tool: bool = False) -> tr.ToolRegistry:
     registry = tr.ToolRegistry()
+    if pid_tool:
+        registry.register(
+            tr.Tool(
+                name=f"pid_{os.getpid()}",
+                description="Names this process.",
+                parameters={"type": "object"},
+                execute=lambda a, c: str(os.getpid()),
+            )
+        )
     slow_started = asyncio.Event()
     aborted = asyncio.Event()
     seen: list[str] = []
@@ -88,6 +102,24 @@ def build() -> tr.ToolRegistry:
         )
         return name
 
+    registry.register(
+        tr.Tool(
+            name="text",
+            description="A text of `size` characters.",
+            parameters={
+                "type": "object",
+                "properties": {"size": {"type": "integer", "minimum": 0}},
+                "required": ["size"],
+            },
+            execute=lambda arguments, context: "x" * int(arguments["size"]),  # type: ignore[index,call-overload]
+        )
+    )
+
+    @registry.tool
+    def lone_surrogate() -> str:
+        """A file name as os.listdir gives one that is not UTF-8."""
+        return os.fsdecode(b"caf\xe9.txt")
+
     @registry.tool
     def die() -> str:
         """Kill this server mid-call."""
@@ -98,10 +130,11 @@ def build() -> tr.ToolRegistry:
 
 
 def main(argv: list[str]) -> None:
+    registry = build(pid_tool="--pid-tool" in argv)
     if argv[:1] == ["http"]:
-        asyncio.run(toolrail.mcp.serve_http(build(), port=int(argv[1])))
+        asyncio.run(toolrail.mcp.serve_http(registry, port=int(argv[1])))
     else:
-        asyncio.run(toolrail.mcp.serve_stdio(build()))
+        asyncio.run(toolrail.mcp.serve_stdio(registry))
 
 
 if __name__ == "__main__":

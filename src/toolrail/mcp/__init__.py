@@ -1,4 +1,4 @@
-"""toolrail over MCP, both ways, on the official ``mcp`` SDK (2.x).
+"""toolrail over MCP, both ways, on the official ``mcp`` SDK (2.3 or later).
 
 * **Serve** a registry: ``server(registry, scope=...)`` is an SDK ``Server`` whose
   ``tools/list`` is ``registry.schemas(scope)`` and whose ``tools/call`` runs the full
@@ -18,8 +18,17 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is installed in development
     raise ImportError("toolrail.mcp needs the mcp extra: pip install 'toolrail[mcp]'") from exc
 
-from ._client import Attachment, Changes, attach, connect
+from ._client import Attachment, Changes, ConnectionFailed, attach, connect
 from ._serve import serve_http, serve_stdio
 from ._server import server
 
-__all__ = ["Attachment", "Changes", "attach", "connect", "serve_http", "serve_stdio", "server"]
+__all__ = [
+    "Attachment",
+    "Changes",
+    "ConnectionFailed",
+    "attach",
+    "connect",
+    "serve_http",
+    "serve_stdio",
+    "server",
+]

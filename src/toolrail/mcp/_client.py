@@ -8,29 +8,39 @@ Every remote tool becomes a raw ``tr.Tool`` whose body calls ``session.call_tool
   (``readOnlyHint``, ...), and ``concurrency_safe`` is ``readOnlyHint``.
 * A result's content maps block by block (``_wire.local_blocks``); its
   ``structuredContent`` is the value (``{"result": x}`` unwrapped for a wrapped schema).
+* The arguments are checked against ``inputSchema`` first (``_args``): what it
+  rejects is ``INVALID_ARGS`` without a round trip.
 * ``isError`` raises ``tr.ToolError`` with the remote message (from toolrail's error
   ``_meta`` when the server is toolrail, else the text less one leading ``Error: ``)
-  and code; a protocol failure (``MCPError``, e.g. a closed connection) fails the call.
+  and code; a closed connection is ``MCP_DISCONNECTED``, and so is every later call of
+  the attachment, at once, until ``connect(reconnect=True)`` has a new session; any
+  other protocol failure (``MCPError``) fails the call with that exception.
 * The body is interruptible: when its signal fires, the awaiting ``call_tool`` is
   cancelled and the SDK sends ``notifications/cancelled`` for the request.
+
+``connect`` runs its sessions in a task of its own (``_Link``), so nothing a transport
+does can cancel the caller: a session that fails only makes the attachment
+disconnected, and with ``reconnect=True`` the task opens a new one, with backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import anyio
-from mcp import Client, ClientSession, StdioServerParameters, types
+from mcp import Client, ClientSession, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import MCPServer, Server
+from mcp.shared.exceptions import MCPError
 
 from .. import (
     Content,
@@ -40,20 +50,44 @@ from .. import (
     Scope,
     TextContent,
     Tool,
-    ToolArgsError,
     ToolError,
     ToolOutput,
     ToolRegistry,
     thaw,
 )
+from ._args import ArgumentCheck
 from ._names import PREFIX, assign_names
+from ._stdio import StdioProcess
 from ._wire import ERROR_META, local_blocks, unwrap_output_schema
 
-__all__ = ["Attachment", "Changes", "attach", "connect"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DISCONNECTED",
+    "TOO_LARGE",
+    "Attachment",
+    "Changes",
+    "ConnectionFailed",
+    "attach",
+    "connect",
+]
 
 logger = logging.getLogger("toolrail.mcp")
 
 _MAX_PAGES = 1000
+_CONNECTION_CLOSED = types.CONNECTION_CLOSED
+_CLOSED = "Connection closed"  # the SDK's message for it
+
+DISCONNECTED = "MCP_DISCONNECTED"
+"""The code of a call that found its MCP server's connection closed (or lost before)."""
+
+TOO_LARGE = "MCP_MESSAGE_TOO_LARGE"
+"""The code of a call whose answer exceeded ``connect``'s ``max_message_bytes``."""
+
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+"""The SDK's own cap on one message from a streamable-HTTP server (one SSE event)."""
+
+_FIRST_DELAY = 0.1  # seconds before the first reconnection attempt; doubles up to _MAX_DELAY
+_MAX_DELAY = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +97,20 @@ class Changes:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     replaced: tuple[str, ...] = ()
+
+
+class ConnectionFailed(ConnectionError):
+    """``connect()`` could not open a session: the server did not start, or cannot be reached.
+
+    ``returncode`` and ``stderr`` (its last lines) are set for a stdio server that exited.
+    """
+
+    def __init__(
+        self, message: str, *, returncode: int | None = None, stderr: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = tuple(stderr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +125,9 @@ class Attachment:
 
     ``refresh()`` re-syncs them with the server; ``close()`` (or calling the handle, or
     leaving its ``with`` block) removes them all. Closing is final: a later
-    ``refresh()`` does nothing.
+    ``refresh()`` does nothing. ``connected`` is ``False`` once a call found the
+    connection closed: every call of its tools is then ``MCP_DISCONNECTED`` at once,
+    until ``connect(reconnect=True)`` has opened a new session.
     """
 
     def __init__(
@@ -96,15 +146,25 @@ class Attachment:
         self.closed = False
         self._remotes: dict[str, _Remote] = {}
         self._lock = anyio.Lock()
+        self._generation = 0  # one per session
+        self._lost: str | None = None
+        self._on_lost: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._remotes)} tools"
+        if not self.closed and self._lost is not None:
+            state += ", disconnected"
         return f"<toolrail.mcp.Attachment {state}>"
 
     @property
     def names(self) -> dict[str, str]:
         """A fresh ``{local name: remote name}`` of the tools registered now."""
         return {remote.local: name for name, remote in sorted(self._remotes.items())}
+
+    @property
+    def connected(self) -> bool:
+        """Whether calls go to the server (``False`` once the connection was found lost)."""
+        return self._lost is None
 
     async def refresh(self) -> Changes:
         """List the server's tools and register, replace or remove local ones to match.
@@ -147,6 +207,26 @@ class Attachment:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def _use(self, session: ClientSession) -> int:
+        """Send calls to a new session from now on; its generation."""
+        self.session = session
+        self._generation += 1
+        self._lost = None
+        return self._generation
+
+    def _lose(self, reason: str, generation: int) -> str:
+        """The session of ``generation`` is gone; the reason calls now give."""
+        if generation == self._generation:
+            if self._lost is None or self._lost == _CLOSED:  # a more telling reason wins
+                self._lost = reason
+                if self._on_lost is not None:
+                    self._on_lost()
+            return self._lost
+        return reason
+
+    def _disconnected(self) -> ToolError:
+        return ToolError(f"MCP server disconnected: {self._lost}", code=DISCONNECTED)
 
     async def _list(self) -> dict[str, types.Tool]:
         tools: dict[str, types.Tool] = {}
@@ -207,7 +287,7 @@ class Attachment:
             name=local,
             description=remote.description or "",
             parameters=parameters,
-            execute=_RemoteCall(self.session, remote.name, wrapped),
+            execute=_RemoteCall(self, remote.name, wrapped, ArgumentCheck(remote.name, parameters)),
             output_schema=output_schema,
             annotations=annotations,
             concurrency_safe=bool(annotations and annotations.get("readOnlyHint") is True),
@@ -216,22 +296,43 @@ class Attachment:
 
 
 class _RemoteCall:
-    """The body of a remote tool: one ``tools/call`` on the session."""
+    """The body of a remote tool: one ``tools/call`` on the attachment's session."""
 
-    __slots__ = ("remote", "session", "wrapped")
+    __slots__ = ("arguments", "attachment", "remote", "wrapped")
 
-    def __init__(self, session: ClientSession, remote: str, wrapped: bool) -> None:
-        self.session = session
+    def __init__(
+        self, attachment: Attachment, remote: str, wrapped: bool, arguments: ArgumentCheck
+    ) -> None:
+        self.attachment = attachment
         self.remote = remote
         self.wrapped = wrapped
+        self.arguments = arguments
 
     def __repr__(self) -> str:
         return f"<MCP tool {self.remote!r}>"
 
     async def __call__(self, arguments: JsonValue, context: RunContext) -> ToolOutput:
-        if not isinstance(arguments, Mapping):
-            raise ToolArgsError(f"arguments must be a JSON object, got {type(arguments).__name__}")
-        result = await self.session.call_tool(self.remote, thaw(arguments))
+        plain: Any = thaw(arguments) if isinstance(arguments, Mapping) else arguments
+        self.arguments.check(plain)
+        link = self.attachment
+        if link._lost is not None:
+            raise link._disconnected()
+        generation = link._generation
+        try:
+            result = await link.session.call_tool(self.remote, plain)
+        except MCPError as exc:
+            message = exc.error.message
+            if exc.code != _CONNECTION_CLOSED:
+                raise
+            if message.startswith("SSE stream failed"):  # one answer failed, not the connection
+                if "byte limit" not in message:
+                    raise
+                raise ToolError(
+                    f"the MCP server's answer is larger than max_message_bytes allows ({message})",
+                    code=TOO_LARGE,
+                ) from exc
+            reason = link._lose(message, generation)
+            raise ToolError(f"MCP server disconnected: {reason}", code=DISCONNECTED) from exc
         content = local_blocks(result.content)
         if result.is_error:
             raise _remote_error(result, content)
@@ -307,6 +408,8 @@ def connect(
     server: Server[Any] | MCPServer | None = None,
     prefix: str = "",
     tool_timeout: float | None = None,
+    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+    reconnect: bool = False,
 ) -> AbstractAsyncContextManager[Attachment]:
     """Open an MCP session, attach its tools, and keep them in sync until the block ends.
 
@@ -316,6 +419,20 @@ def connect(
     era (``initialize``); each ``notifications/tools/list_changed`` triggers
     ``refresh()``. On exit the tools are removed, then the session and its transport
     (the subprocess, too) are closed.
+
+    A connection lost later never raises into the block: the calls become
+    ``MCP_DISCONNECTED`` results, and with ``reconnect=True`` a new session is opened
+    (backoff from 0.1 s, doubling up to 5 s) and the tools re-synced.
+
+    Args:
+        max_message_bytes: The largest message a streamable-HTTP server may send in one
+            event (the SDK's limit, 1 MiB by default); ``None`` for no limit.
+        reconnect: Re-open a lost session, and keep trying.
+
+    Raises:
+        ConnectionFailed: The first session could not be opened: a stdio server that
+            exited (its command, exit code and last lines of stderr are in the message),
+            or a server that cannot be reached.
     """
     _check(registry_or_scope, prefix)
     if sum(source is not None for source in (command, url, server)) != 1:
@@ -324,51 +441,249 @@ def connect(
         raise ValueError("args=, env= and cwd= go with command=")
     if url is None and headers is not None:
         raise ValueError("headers= goes with url=")
-    source: Any
-    if command is not None:
-        source = StdioServerParameters(
-            command=command,
-            args=list(args),
-            env=None if env is None else dict(env),
-            cwd=None if cwd is None else os.fspath(cwd),
+    if max_message_bytes is not None and (
+        isinstance(max_message_bytes, bool)
+        or not isinstance(max_message_bytes, int)
+        or max_message_bytes <= 0
+    ):
+        raise ValueError(
+            f"max_message_bytes must be a positive int or None, got {max_message_bytes!r}"
         )
+    source: _Source
+    if command is not None:
+        source = _StdioSource(
+            StdioProcess(command, args, env, None if cwd is None else os.fspath(cwd))
+        )
+    elif url is not None:
+        source = _HttpSource(url, headers, max_message_bytes)
     else:
-        source = url if url is not None else server
-    return _connected(registry_or_scope, source, headers, prefix, tool_timeout)
+        assert server is not None
+        source = _Source(server)
+    return _connected(registry_or_scope, source, prefix, tool_timeout, reconnect)
+
+
+class _Source:
+    """Where ``connect`` opens its sessions: an SDK server in this process."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def transport(self, on_end: Callable[[str], None]) -> Any:
+        return self.server
+
+    def failed(self, exc: Exception) -> ConnectionFailed:
+        return ConnectionFailed(f"cannot connect to the MCP server: {_reason(exc)}")
+
+
+class _HttpSource(_Source):
+    def __init__(self, url: str, headers: Mapping[str, str] | None, limit: int | None) -> None:
+        super().__init__(url)
+        self.headers = headers
+        self.limit = limit
+
+    def transport(self, on_end: Callable[[str], None]) -> Any:
+        import httpx2
+
+        http = httpx2.AsyncClient(
+            headers=None if self.headers is None else dict(self.headers),
+            timeout=httpx2.Timeout(30, read=300),  # the SDK's own defaults
+        )
+        return _both(
+            http,
+            streamable_http_client(self.server, http_client=http, max_sse_event_size=self.limit),
+        )
+
+    def failed(self, exc: Exception) -> ConnectionFailed:
+        return ConnectionFailed(
+            f"cannot connect to the MCP server at {self.server}: {_reason(exc)}"
+        )
+
+
+class _StdioSource(_Source):
+    def __init__(self, process: StdioProcess) -> None:
+        super().__init__(process)
+        self.process = process
+
+    def transport(self, on_end: Callable[[str], None]) -> Any:
+        return self.process.open(on_end)
+
+    def failed(self, exc: Exception) -> ConnectionFailed:
+        process = self.process
+        command = process.describe()
+        reason = _reason(exc)
+        if isinstance(_innermost(exc), OSError):
+            return ConnectionFailed(f'cannot start MCP server "{command}": {reason}')
+        if process.returncode is None:
+            message = f'MCP server "{command}" did not start a session: {reason}'
+        else:
+            message = (
+                f'MCP server "{command}" exited with code {process.returncode} '
+                "before the session started"
+            )
+        lines = list(process.stderr)
+        message += (
+            "; the last lines of its stderr:\n" + "\n".join(f"  {line}" for line in lines)
+            if lines
+            else "; it wrote nothing to stderr"
+        )
+        return ConnectionFailed(message, returncode=process.returncode, stderr=lines)
 
 
 @asynccontextmanager
-async def _connected(
-    target: ToolRegistry | Scope,
-    source: Any,
-    headers: Mapping[str, str] | None,
-    prefix: str,
-    tool_timeout: float | None,
-) -> AsyncIterator[Attachment]:
-    handle: Attachment | None = None
+async def _both(http: Any, transport: Any) -> AsyncIterator[Any]:
+    async with http, transport as streams:
+        yield streams
 
-    async def on_message(message: IncomingMessage) -> None:
+
+class _Attempt:
+    """One try at a session: its generation once open, and how its transport ended."""
+
+    __slots__ = ("ended", "generation")
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.ended: list[str] = []
+
+
+class _Link:
+    """The task that owns ``connect``'s sessions: open one, attach, wait until it is lost,
+    and (with ``reconnect``) open the next, with backoff."""
+
+    def __init__(
+        self,
+        target: ToolRegistry | Scope,
+        source: _Source,
+        prefix: str,
+        tool_timeout: float | None,
+        reconnect: bool,
+    ) -> None:
+        self.source = source
+        self.reconnect = reconnect
+        self.handle: Attachment | None = None
+        self.target, self.prefix, self.tool_timeout = target, prefix, tool_timeout
+        self.ready = asyncio.Event()
+        self.failure: BaseException | None = None
+        self.lost = asyncio.Event()
+
+    async def on_message(self, message: IncomingMessage) -> None:
+        handle = self.handle
         if isinstance(message, types.ToolListChangedNotification) and handle is not None:
             try:
                 await handle.refresh()
             except Exception:
                 logger.warning("re-syncing the tools of an MCP server failed", exc_info=True)
 
-    async with AsyncExitStack() as stack:
-        if headers is not None:
-            import httpx2
+    async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self.ready.set()
 
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(headers), timeout=httpx2.Timeout(30, read=300))
-            )
-            source = streamable_http_client(source, http_client=http)
-        client = await stack.enter_async_context(
-            Client(source, mode="legacy", message_handler=on_message, cache=None)
+    async def _run(self) -> None:
+        delay = _FIRST_DELAY
+        while True:
+            attempt = _Attempt()
+            try:
+                await self._session(attempt)
+            except Exception as exc:
+                reason = _reason(exc)
+                if not self.ready.is_set():
+                    started = self.handle is not None and attempt.generation >= 0
+                    self.failure = exc if started else self.source.failed(exc)
+                    return
+                if self.handle is not None:
+                    self.handle._lose(reason, attempt.generation)
+                logger.warning("the connection to an MCP server was lost: %s", reason)
+            if not self.reconnect:
+                return
+            if attempt.generation >= 0:
+                delay = _FIRST_DELAY  # it had connected: start the backoff afresh
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_DELAY)
+
+    async def _session(self, attempt: _Attempt) -> None:
+        """Open one session, attach or re-sync, and hold it until it is lost."""
+        self.lost = asyncio.Event()
+
+        def on_end(reason: str) -> None:
+            attempt.ended.append(reason)
+            if self.handle is not None and attempt.generation >= 0:
+                self.handle._lose(reason, attempt.generation)
+            self.lost.set()
+
+        client = Client(
+            self.source.transport(on_end),
+            mode="legacy",
+            message_handler=self.on_message,
+            cache=None,
         )
-        handle = Attachment(target, client.session, prefix=prefix, tool_timeout=tool_timeout)
-        with handle:
-            await handle.refresh()
-            yield handle
+        async with client:
+            attempt.generation = self._use(client.session)
+            if attempt.ended:
+                raise ConnectionError(attempt.ended[0])
+            await self._refresh()
+            self.ready.set()
+            await self.lost.wait()
+
+    def _use(self, session: ClientSession) -> int:
+        if self.handle is None:
+            self.handle = Attachment(
+                self.target, session, prefix=self.prefix, tool_timeout=self.tool_timeout
+            )
+        self.handle._on_lost = self.lost.set
+        return self.handle._use(session)
+
+    async def _refresh(self) -> None:
+        assert self.handle is not None
+        if not self.ready.is_set():
+            await self.handle.refresh()  # the first time, a failure is connect()'s
+            return
+        try:
+            await self.handle.refresh()
+        except Exception:
+            logger.warning("re-syncing the tools of a reconnected MCP server failed", exc_info=True)
+
+
+@asynccontextmanager
+async def _connected(
+    target: ToolRegistry | Scope,
+    source: _Source,
+    prefix: str,
+    tool_timeout: float | None,
+    reconnect: bool,
+) -> AsyncIterator[Attachment]:
+    link = _Link(target, source, prefix, tool_timeout, reconnect)
+    # The sessions live in a task of their own, owned here and always awaited before
+    # this returns; not a TaskGroup, which would wrap the block's own exceptions.
+    runner = asyncio.get_running_loop().create_task(link.run())
+    try:
+        await link.ready.wait()
+        if link.failure is None and link.handle is not None and not runner.done():
+            yield link.handle
+    finally:
+        if link.handle is not None:
+            link.handle.close()
+        runner.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait((runner,))
+    if link.failure is not None:
+        raise link.failure
+    if not runner.cancelled() and runner.exception() is not None:
+        raise runner.exception()  # type: ignore[misc]
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost message of a (grouped) failure."""
+    exc = _innermost(exc)
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    return str(exc) or type(exc).__name__
 
 
 def _fingerprint(tool: types.Tool) -> str:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Hashable, Iterator
+from types import FrameType
+from typing import Any
 
 from mcp.server.stdio import stdio_server
 
@@ -38,10 +44,52 @@ async def serve_http(
 
     Runs uvicorn until it is stopped (SIGINT/SIGTERM, or cancelling this coroutine).
     Bound to a loopback host, the SDK's DNS-rebinding protection is on.
+
+    On SIGINT or SIGTERM it stops accepting connections, fires the signal of every call
+    in progress (``"the MCP server is shutting down"``: they end ``ABORTED``, and their
+    clients get that result), waits for them, and returns. A second SIGINT exits at once.
     """
     import uvicorn
 
     app = server(registry, scope=scope, name=name)
     asgi = app.streamable_http_app(streamable_http_path=path, host=host)
     config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
+    await _uvicorn(config, app).serve()
+
+
+_SHUTTING_DOWN = "the MCP server is shutting down"
+
+
+def _uvicorn(config: Any, app: Any) -> Any:
+    """uvicorn's server, stopping on a signal as described in ``serve_http``.
+
+    uvicorn alone waits for every open response before it stops (a call that never ends
+    keeps it up), then raises the signal again (a ``KeyboardInterrupt`` traceback).
+    """
+    import uvicorn
+
+    class Stopping(uvicorn.Server):
+        def __init__(self, config: Any, app: Any) -> None:
+            super().__init__(config)
+            self._app = app
+            self._loop = asyncio.get_running_loop()
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            # A signal handler runs between two bytecodes: leave the signals to the loop.
+            self._loop.call_soon_threadsafe(self._app.cancel_calls, _SHUTTING_DOWN)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = [signal.SIGINT, signal.SIGTERM]
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return Stopping(config, app)

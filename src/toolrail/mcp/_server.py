@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 from collections.abc import AsyncIterator, Coroutine, Hashable, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from contextlib import asynccontextmanager, nullcontext
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -40,7 +41,8 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import CancelController, Tool, ToolCall, ToolRegistry, __version__
+from .. import ApprovalRequest, CancelController, Tool, ToolCall, ToolRegistry, __version__, thaw
+from .._registry import approving_with
 from ._wire import wire_result, wire_tool
 
 __all__ = ["server"]
@@ -51,7 +53,11 @@ T = TypeVar("T")
 
 
 def server(
-    registry: ToolRegistry, *, scope: Hashable | None = None, name: str = "toolrail"
+    registry: ToolRegistry,
+    *,
+    scope: Hashable | None = None,
+    name: str = "toolrail",
+    approver: Literal["elicit"] | None = None,
 ) -> Server[Any]:
     """An MCP server (the ``mcp`` SDK's low-level ``Server``) for the tools ``scope`` sees.
 
@@ -62,6 +68,9 @@ def server(
         registry: The registry whose tools to serve.
         scope: The scope whose view to serve; ``None`` serves the global tools.
         name: The server name announced to clients.
+        approver: ``"elicit"``: a call that needs approval asks the MCP client (an
+            ``elicitation/create`` request) instead of the registry's approver; a client
+            that did not declare elicitation gets the ``unavailable`` outcome.
 
     >>> import toolrail as tr, toolrail.mcp
     >>> app = toolrail.mcp.server(tr.ToolRegistry(), name="tools")
@@ -70,7 +79,9 @@ def server(
     """
     if not isinstance(registry, ToolRegistry):
         raise TypeError(f"server() takes a ToolRegistry, got {type(registry).__name__}")
-    view = _View(registry, scope)
+    if approver not in (None, "elicit"):
+        raise ValueError(f'approver must be "elicit" or None, got {approver!r}')
+    view = _View(registry, scope, elicit=approver == "elicit")
 
     async def listen(
         ctx: ServerRequestContext[_Run], params: types.SubscriptionsListenRequestParams
@@ -89,15 +100,48 @@ def server(
         get_tool_input_schema=view.input_schema,
         on_subscriptions_listen=listen,
     )
+    app.view = view
     # Registered this way the handlers may return the wire dicts (no model round trip).
     app.add_request_handler("tools/list", types.PaginatedRequestParams, view.list_tools)
     app.add_request_handler("tools/call", types.CallToolRequestParams, view.call_tool)
     app.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
+    # A tools-only server still answers what clients ask of any server, as the SDK's
+    # MCPServer does: nothing to list, and any log level accepted (it logs nothing).
+    for method, key in _EMPTY_LISTS.items():
+        app.add_request_handler(method, types.PaginatedRequestParams, _empty(key))
+    app.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _accept_level)
     return app
+
+
+_EMPTY_LISTS = {
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+    "prompts/list": "prompts",
+}
+
+
+def _empty(key: str) -> Any:
+    async def handler(ctx: ServerRequestContext[_Run], params: Any) -> dict[str, Any]:
+        return {key: [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+
+    return handler
+
+
+async def _accept_level(
+    ctx: ServerRequestContext[_Run], params: types.SetLevelRequestParams
+) -> dict[str, Any]:
+    return {}
 
 
 class _Server(Server["_Run"]):
     """The SDK's ``Server``, advertising ``tools.listChanged`` whoever builds the options."""
+
+    view: _View
+
+    def cancel_calls(self, reason: str) -> None:
+        """Fire the signal of every call in progress (``serve_http`` stopping)."""
+        for controller in list(self.view.running):
+            controller.cancel(reason)
 
     def create_initialization_options(
         self,
@@ -115,11 +159,13 @@ class _Server(Server["_Run"]):
 class _View:
     """One scope's view of the registry, as the handlers need it."""
 
-    __slots__ = ("_listed", "_listing", "registry", "scope")
+    __slots__ = ("_listed", "_listing", "elicit", "registry", "running", "scope")
 
-    def __init__(self, registry: ToolRegistry, scope: Hashable | None) -> None:
+    def __init__(self, registry: ToolRegistry, scope: Hashable | None, *, elicit: bool) -> None:
         self.registry = registry
         self.scope = scope
+        self.elicit = elicit
+        self.running: set[_Controller] = set()  # the calls in progress, on every transport
         self._listed: tuple[Tool | None, ...] | None = None
         self._listing: list[dict[str, Any]] = []
 
@@ -167,18 +213,62 @@ class _View:
             signal=controller.signal,
         )
         tool = self.registry.get(name, self.scope)
-        # Never a CancelledError inside the call: its cancellations reach it as its signal.
-        if _hold(ctx, controller):
-            try:
-                result = await self.registry.execute(call)
-            finally:
-                controller.release()
-        else:
-            result = await _in_a_task(self.registry.execute(call), controller)
+        self.running.add(controller)
+        asking = approving_with(self.registry, _Elicit(ctx)) if self.elicit else nullcontext()
+        try:
+            with asking:
+                # Never a CancelledError inside the call: its cancellations reach it as its
+                # signal.
+                if _hold(ctx, controller):
+                    try:
+                        result = await self.registry.execute(call)
+                    finally:
+                        controller.release()
+                else:
+                    result = await _in_a_task(self.registry.execute(call), controller)
+        finally:
+            self.running.discard(controller)
         return wire_result(result, tool)
 
 
 _CANCELLED = "cancelled by the MCP client"
+
+_ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+_OUTCOMES = {"accept": "allowed-once", "decline": "rejected", "cancel": "cancelled"}
+
+
+class _Elicit:
+    """The approver of one MCP call: ask the client (``elicitation/create``).
+
+    accept is ``allowed-once``, decline ``rejected``, cancel ``cancelled``; a client
+    that did not declare elicitation, or an elicitation that fails, ``unavailable``.
+    """
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: ServerRequestContext[_Run]) -> None:
+        self.ctx = ctx
+
+    async def __call__(self, request: ApprovalRequest) -> str:
+        session = self.ctx.session
+        try:
+            if not session.check_client_capability(_ELICITATION):
+                return "unavailable"
+            answer = await session.elicit_form(
+                _question(request),
+                {"type": "object", "properties": {}},
+                related_request_id=self.ctx.request_id,
+            )
+        except Exception:
+            logger.warning("asking the MCP client for approval failed", exc_info=True)
+            return "unavailable"
+        return _OUTCOMES.get(answer.action, "unavailable")
+
+
+def _question(request: ApprovalRequest) -> str:
+    arguments = json.dumps(thaw(request.arguments), ensure_ascii=False, default=str)
+    question = f'Allow tool "{request.tool_name}" with arguments {arguments}?'
+    return question if request.reason is None else f"{question} ({request.reason})"
 
 
 class _Controller(CancelController):

@@ -103,8 +103,51 @@ def wire_tool(schema: ToolSchema, tool: Tool) -> dict[str, Any]:
     return entry
 
 
+UNENCODABLE = (
+    "the result cannot be sent over MCP: it holds text that is not valid Unicode "
+    "(a lone surrogate, as os.listdir gives for a file name that is not UTF-8)"
+)
+
+
 def wire_result(result: ToolResult, tool: Tool | None) -> dict[str, Any]:
-    """A ``CallToolResult`` in its wire form, for the tool the call resolved (if any)."""
+    """A ``CallToolResult`` in its wire form, for the tool the call resolved (if any).
+
+    A result no UTF-8 encoder takes (a lone surrogate in a text or value) would break
+    the transport: it is sent as an ``isError`` result ``INVALID_TOOL_OUTPUT`` instead.
+    """
+    wire = _wire_result(result, tool)
+    if not _encodable(wire):
+        return {
+            "content": [{"type": "text", "text": f"Error: {UNENCODABLE}"}],
+            "isError": True,
+            "resultType": "complete",
+            "_meta": {ERROR_META: {"message": UNENCODABLE, "code": "INVALID_TOOL_OUTPUT"}},
+        }
+    return wire
+
+
+def _encodable(value: Any) -> bool:
+    """Whether every string in a JSON value encodes as UTF-8 (no lone surrogates)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is str:
+            if not node.isascii():
+                try:
+                    node.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+        elif isinstance(node, str) and not _encodable(str.__str__(node)):
+            return False
+    return True
+
+
+def _wire_result(result: ToolResult, tool: Tool | None) -> dict[str, Any]:
     content = [
         {"type": "text", "text": block.text} if type(block) is TextContent else _wire_block(block)
         for block in result.content
