@@ -27,7 +27,7 @@ import signal as signals
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .._errors import ToolArgsError, ToolError
+from .._errors import ToolAbortedError, ToolArgsError, ToolError
 from .._json import snapshot_json, thaw
 from .._results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._scheduler import _Driver
@@ -153,6 +153,7 @@ class _Program:
             self.driver.close_feed()
             self.committed.set()
             if reason != ENDED:
+                self.driver._cancel(reason)  # the started nested calls see their signal
                 self.cancelled.set()
 
     async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
@@ -176,6 +177,8 @@ class _Program:
         finally:
             unhook()
         self._forward()
+        if outcome is None and not self.ctx.signal.cancelled:  # registry.aclose()
+            raise ToolAbortedError(f"tool call aborted: {self.stopping}")
         if outcome is None:
             # Cancelled: what the body returns then is no outcome of its own; the pipeline
             # makes the result ABORTED (or TOOL_TIMEOUT) as for any stopped body.
@@ -299,7 +302,7 @@ class _Program:
     def _success(self, code: str, output: Any, logs: str) -> Any:
         value: dict[str, Any] = {"logs": logs}
         text = logs
-        if _ends_in_expression(code):
+        if output is not None and _ends_in_expression(code):  # None: as a REPL shows it
             try:
                 frozen = snapshot_json(output)
             except ValueError as exc:
@@ -320,7 +323,10 @@ class _Program:
         if isinstance(exc, pm.MontySyntaxError):
             return _failure("syntax", exc.display("type-msg"), logs, type_name)
         if isinstance(exc, pm.MontyTypingError):
-            return _failure("type", exc.display().strip(), logs, type_name)
+            diagnostics = exc.display().strip()
+            # The checker parses first: a program that does not parse is a syntax failure.
+            kind = "syntax" if "error[invalid-syntax]" in diagnostics else "type"
+            return _failure(kind, diagnostics, logs, type_name)
         if isinstance(exc, pm.MontyCrashedError):
             return _failure("crashed", str(exc), logs, type_name)
         if self.over_calls:
