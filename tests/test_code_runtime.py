@@ -297,3 +297,26 @@ async def test_aclose_cancels_running_programs_and_waits_for_them() -> None:
     await within(registry.aclose(), 10)
     result = await within(task)
     assert result.is_error
+
+
+async def test_an_exclusive_nested_call_waits_for_earlier_calls_and_holds_the_barrier(
+        registry: tr.ToolRegistry) -> None:
+    log: list[str] = []
+
+    def observe(execution: tr.Execution, result: tr.ToolResult) -> None:
+        log.append(f"commit {execution.call_id}")
+
+    async def around(execution: tr.Execution, call_next: Any) -> tr.ToolResult:
+        log.append(f"start {execution.call_id}")
+        return await call_next()  # type: ignore[no-any-return]
+
+    registry.on_result(observe)
+    registry.around_execute(around)
+    result = await run(registry, (
+        "import asyncio\n"
+        'await asyncio.gather(tools.read_file({"path": "a"}),\n'
+        '                     tools.write_file({"path": "b", "text": "t"}),\n'
+        '                     tools.read_file({"path": "c"}))'))
+    assert result.error is None, result.text
+    assert log == ["start r", "start r.1", "commit r.1", "start r.2", "commit r.2",
+                   "start r.3", "commit r.3", "commit r"]
