@@ -128,7 +128,7 @@ def test_scope_register_rejects_anything_that_is_not_a_tool_with_the_same_messag
         "-",
         ".",
         "mcp.server-1_read",
-        "run_code",
+        "run_code2",
     ],
 )
 def test_register_accepts_names_of_1_to_128_allowed_characters(name: str) -> None:

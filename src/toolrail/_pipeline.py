@@ -43,6 +43,7 @@ from ._outcome import (
     safe_repr,
     unknown_tool,
 )
+from ._presentation import collapsed
 from ._results import ErrorInfo, ToolResult
 from ._state import DENIED, DISPATCHED, FINAL, NOT_STARTED, READY, CallState
 from ._tool import ToolCall
@@ -165,6 +166,10 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
         state.end(FINAL, error("tool call arguments must be losslessly JSON-serializable"))
     elif signal.cancelled:
         state.end(NOT_STARTED, aborted_before_dispatch())
+    elif registry._coded and registry._refuses(call, scope):
+        # code-mode.md, "The collapse": only run_code is callable by the model directly.
+        state.finalize = None
+        state.end(FINAL, error(collapsed(name), "UNKNOWN_TOOL", "ToolNotFoundError"))
     return state
 
 

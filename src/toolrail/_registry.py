@@ -24,6 +24,15 @@ from ._decisions import Approver
 from ._disposer import Disposer
 from ._entry import Entry
 from ._json import snapshot_json
+from ._presentation import (
+    RESERVED,
+    RESTRICTED,
+    RUN_CODE,
+    Mode,
+    check_mode,
+    conflict,
+    require_code_extra,
+)
 from ._scheduler import Batch, CallStream, bind_calls
 from ._scope import Scope, tool_decorator
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
@@ -33,6 +42,8 @@ if TYPE_CHECKING:
     from ._progress import Progress
     from ._results import ToolResult
     from ._types import Guard
+    from .code._runtime import SandboxPool
+    from .code._settings import CodeSettings
 
 __all__ = ["ToolRegistry"]
 
@@ -70,15 +81,26 @@ class _Restriction:
         return (self.allow is not None and name not in self.allow) or name in self.deny
 
 
+class _Presentation:
+    """One ``present_as`` declaration (its own identity: each disposer lifts its own)."""
+
+    __slots__ = ("mode", "settings")
+
+    def __init__(self, mode: Mode, settings: CodeSettings | None) -> None:
+        self.mode = mode
+        self.settings = settings
+
+
 class _ScopeState:
     """One scope's layer. It exists only while something is registered in it."""
 
-    __slots__ = ("guards", "refs", "restrictions", "schemas", "tools", "version")
+    __slots__ = ("guards", "presenting", "refs", "restrictions", "schemas", "tools", "version")
 
     def __init__(self) -> None:
         self.tools: dict[str, Entry] = {}
         self.restrictions: tuple[_Restriction, ...] = ()
         self.guards: tuple[_Registration, ...] = ()
+        self.presenting: tuple[_Presentation, ...] = ()  # active declarations, oldest first
         self.refs = 0
         self.version = 0
         self.schemas: tuple[int, int, list[ToolSchema]] | None = None
@@ -110,8 +132,21 @@ class ToolRegistry:
     """
 
     def __init__(
-        self, *, approver: Approver | None = None, logger: logging.Logger | None = None
+        self, *, approver: Approver | None = None, logger: logging.Logger | None = None,
+        presentation: Mode = "native", code: CodeSettings | None = None,
     ) -> None:
+        mode = check_mode(presentation)
+        if mode != "native":
+            require_code_extra()
+        if code is not None:
+            _check_settings(code)
+        self._presentation: Mode = mode
+        self._code = code
+        # Whether any view may present code: until then the hot path never looks.
+        self._coded = mode != "native"
+        self._coded_scopes = 0  # scopes whose active declaration is "code" or "both"
+        self._transports: dict[Hashable, tuple[tuple[Entry, ...], Entry]] = {}
+        self._pool: SandboxPool | None = None
         self._approver = approver
         self.logger = logger if logger is not None else logging.getLogger("toolrail")
         self._tools: dict[str, Entry] = {}
@@ -205,13 +240,33 @@ class ToolRegistry:
 
     # ---- views ----------------------------------------------------------------------
 
+    def presentation(self, scope: Hashable | None = None) -> str:
+        """The presentation mode ``scope`` sees: its active ``present_as``, else the registry's."""
+        state = self._scopes.get(scope) if scope is not None else None
+        if state is not None and state.presenting:
+            return state.presenting[0].mode
+        return self._presentation
+
     def get(self, name: str, scope: Hashable | None = None) -> Tool | None:
         """The tool ``scope`` sees under ``name`` (its own first, then unmasked globals)."""
         entry = self._resolve(name, scope)
         return None if entry is None else entry.tool
 
     def schemas(self, scope: Hashable | None = None) -> list[ToolSchema]:
-        """One schema per tool ``scope`` sees, sorted by name; a new list each call."""
+        """One schema per tool ``scope`` sees, sorted by name; a new list each call.
+
+        In ``"code"`` mode exactly ``[run_code]``; in ``"both"`` ``run_code`` comes last.
+        """
+        visible = self._visible_schemas(scope)
+        if not self._coded:
+            return visible
+        mode = self.presentation(scope)
+        if mode == "native":
+            return visible
+        transport = self._transport(scope).schema
+        return [transport] if mode == "code" else [*visible, transport]
+
+    def _visible_schemas(self, scope: Hashable | None) -> list[ToolSchema]:
         state = self._scopes.get(scope) if scope is not None else None
         if state is None:
             cached = self._schemas
@@ -278,6 +333,8 @@ class ToolRegistry:
     # ---- internals shared with Scope and the pipeline -------------------------------
 
     def _resolve(self, name: str, scope: Hashable | None) -> Entry | None:
+        if self._coded and name == RUN_CODE:
+            return None if self.presentation(scope) == "native" else self._transport(scope)
         if scope is None:
             return self._tools.get(name)
         state = self._scopes.get(scope)
@@ -300,6 +357,8 @@ class ToolRegistry:
         """The call's mode, and the argument snapshot taken for it (``None`` if none was)."""
         arguments = None
         try:
+            if self._coded and self._refuses(call, scope):
+                return _EXCLUSIVE, None
             entry = self._resolve(call.name, scope)
             if entry is None:
                 return _EXCLUSIVE, None
@@ -339,6 +398,8 @@ class ToolRegistry:
             del self._scopes[key]
 
     def _register(self, tool: Tool, scope: Hashable | None) -> Disposer:
+        if isinstance(tool, Tool) and tool.name == RUN_CODE:
+            raise ValueError(RESERVED)  # the first check after the type check
         entry = Entry.build(tool)  # every check but the duplicate one
         name = tool.name
         if scope is None:
@@ -376,6 +437,8 @@ class ToolRegistry:
             )
         allowed = None if allow is None else _names("allow", allow)
         denied = () if deny is None else _names("deny", deny)
+        if RUN_CODE in (allowed or ()) or RUN_CODE in denied:
+            raise ValueError(RESTRICTED)
         unknown = [n for n in dict.fromkeys([*(allowed or ()), *denied]) if n not in self._tools]
         if unknown:
             known = ", ".join(sorted(self._tools)) or "(none)"
@@ -397,6 +460,104 @@ class ToolRegistry:
             self._release(key, state)
 
         return self._commit_change(lift)
+
+    # ---- code mode (code-mode.md) -----------------------------------------------------
+
+    def _present(self, key: Hashable, mode: Any, settings: Any) -> Disposer:
+        """``Scope.present_as``: declare how this scope presents its tools."""
+        mode = check_mode(mode)
+        if settings is not None:
+            _check_settings(settings)
+        if mode != "native":
+            require_code_extra()
+        state = self._scopes.get(key)
+        if state is not None and state.presenting and state.presenting[0].mode != mode:
+            raise conflict(mode, state.presenting[0].mode)
+        state = self._acquire(key)
+        declaration = _Presentation(mode, settings)
+        state.presenting = (*state.presenting, declaration)
+        state.version += 1
+        self._recount()
+
+        def lift() -> None:
+            if declaration in state.presenting:
+                state.presenting = tuple(p for p in state.presenting if p is not declaration)
+                state.version += 1
+            self._release(key, state)
+            self._recount()
+
+        return self._commit_change(lift)
+
+    def _recount(self) -> None:
+        self._coded_scopes = sum(
+            1 for s in self._scopes.values() if s.presenting and s.presenting[0].mode != "native")
+        self._coded = self._presentation != "native" or self._coded_scopes > 0
+
+    def _refuses(self, call: ToolCall, scope: Hashable | None) -> bool:
+        """The collapse: a model-direct call of a native tool where only run_code is offered."""
+        return call.parent is None and call.name != RUN_CODE and (
+            self.presentation(scope) == "code")
+
+    def _code_settings(self, scope: Hashable | None) -> CodeSettings:
+        """The settings of ``scope``'s programs: its declaration's, the registry's, defaults."""
+        state = self._scopes.get(scope) if scope is not None else None
+        if state is not None:
+            for declaration in state.presenting:
+                if declaration.settings is not None:
+                    return declaration.settings
+        if self._code is not None:
+            return self._code
+        from .code._settings import CodeSettings
+
+        return CodeSettings()
+
+    def _transport(self, scope: Hashable | None) -> Entry:
+        """``run_code`` for ``scope``: rebuilt only when the tools it sees change."""
+        state = self._scopes.get(scope) if scope is not None else None
+        key = scope if state is not None else None
+        entries = tuple(e for e in (self._visible_entry(s.name, scope)
+                                    for s in self._visible_schemas(scope)) if e is not None)
+        cached = self._transports.get(key)
+        if cached is not None and len(cached[0]) == len(entries) and all(
+                a is b for a, b in zip(cached[0], entries, strict=True)):
+            return cached[1]
+        from .code._transport import build_transport
+
+        entry = Entry.build(build_transport(self, entries))
+        self._transports[key] = (entries, entry)
+        if len(self._transports) > 2 * len(self._scopes) + 8:  # forget closed scopes
+            for stale in [k for k in self._transports if k is not None and k not in self._scopes]:
+                del self._transports[stale]
+        return entry
+
+    def _visible_entry(self, name: str, scope: Hashable | None) -> Entry | None:
+        state = self._scopes.get(scope) if scope is not None else None
+        if state is not None and name in state.tools:
+            return state.tools[name]
+        return self._tools.get(name)
+
+    async def _sandbox(self) -> SandboxPool:
+        """The registry's sandbox pool, started at the first program."""
+        pool = self._pool
+        if pool is None:
+            from .code._runtime import SandboxPool
+
+            pool = self._pool = SandboxPool()
+        await pool.start()
+        return pool
+
+    async def aclose(self) -> None:
+        """Close the sandbox pool: wait for running programs to be cancelled and their
+        workers to exit. The registry can still run native calls afterwards."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> ToolRegistry:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def _add_guard(self, guard: Guard, key: Hashable | None) -> Disposer:
         if not callable(guard):
@@ -450,6 +611,13 @@ class ToolRegistry:
                 listener()
             except Exception as exc:
                 self.logger.warning("change listener failed during rollback: %s", exc)
+
+
+def _check_settings(settings: Any) -> None:
+    from .code._settings import CodeSettings
+
+    if not isinstance(settings, CodeSettings):
+        raise TypeError(f"code settings must be a CodeSettings, got {type(settings).__name__}")
 
 
 def _names(which: str, names: Iterable[str]) -> list[str]:

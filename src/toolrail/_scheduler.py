@@ -183,6 +183,24 @@ class _Driver:
         self.began = False  # the batch has started (a stream's first ``__anext__``)
         self.ended = False  # ... and stopped, every call committed or not
         self.closed = False  # a stream's ``aclose()`` was called
+        self.open = False  # calls may still be submitted (a run_code program's driver)
+
+    def submit(self, call: ToolCall, scope: Hashable | None) -> int:
+        """Append a call to an open driver (a program's nested call); its index."""
+        if not self.open:
+            raise RuntimeError("no more calls can be submitted to this driver")
+        self.calls.append(call)
+        self.scopes.append(scope)
+        self.wake.set()
+        return len(self.calls) - 1
+
+    def close_feed(self) -> None:
+        """No more calls: those submitted but not started are dropped without a trace."""
+        if self.open:
+            self.open = False
+            del self.calls[self.started:]
+            del self.scopes[self.started:]
+            self.wake.set()
 
     def final(self) -> Batch:
         """The ``Batch`` of a batch whose calls have all committed."""
@@ -274,10 +292,13 @@ class _Driver:
     async def _next(self) -> _Slot | None:
         """Work until the next call commits (its result is in its state); ``None`` once
         every call has."""
-        total = len(self.calls)
-        while self.cursor < total:
+        calls = self.calls
+        while self.cursor < (total := len(calls)) or self.open:
             if self.failure is not None:
                 raise self.failure
+            if self.cursor == total:  # an open driver waits for its next call
+                await self._settlement()
+                continue
             slot = self.slots.get(self.cursor)
             if slot is not None and slot.settled:
                 state = slot.state
@@ -298,8 +319,8 @@ class _Driver:
                         raise self.failure
                 if state.phase != READY:
                     slot.settled = True  # denied, failed or never started: no pool slot
-                elif self.cursor == slot.index and (not self.parallel or self.started == total
-                                                    or self.max_parallel == 1):
+                elif self.cursor == slot.index and (not self.parallel or self.max_parallel == 1
+                                                    or (self.started == total and not self.open)):
                     # Alone by construction (an exclusive call, the last call, or a pool
                     # of one, with every earlier call committed): nothing else can need
                     # the driver while it runs, so no task is needed. A settled call

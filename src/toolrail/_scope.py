@@ -7,7 +7,7 @@ it, and closing the handle disposes that, newest first.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _pipeline, _scheduler
 from ._cancel import CancelSignal
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._registry import ToolRegistry
     from ._results import ToolResult
     from ._types import Guard
+    from .code._settings import CodeSettings
 
 __all__ = ["Scope", "tool_decorator"]
 
@@ -74,6 +75,11 @@ class Scope:
                  deny: Iterable[str] | None = None) -> Disposer:
         """Mask global tools for this scope: ``allow`` keeps only, ``deny`` removes."""
         return self._own(self._registry._restrict(self.key, allow, deny))
+
+    def present_as(self, mode: Literal["native", "code", "both"], *,
+                   settings: CodeSettings | None = None) -> Disposer:
+        """Present this scope's tools natively, as ``run_code`` only, or both (code-mode.md)."""
+        return self._own(self._registry._present(self.key, mode, settings))
 
     def guard(self, guard: Guard) -> Disposer:
         """Add a guard for this scope's calls, run after every global guard."""

@@ -1,0 +1,380 @@
+"""Running one ``run_code`` program in the sandbox (code-mode.md, "Running a program").
+
+A program runs in a fresh ``pydantic_monty`` session: type-checked against the SDK,
+then driven one suspension at a time. Each ``tools.<name>(args)`` the program makes
+is answered at once with a pending future and submitted as a nested call to a
+scheduler driver of its own — the same ``_Driver`` that runs a model step, kept open
+while the program runs — so nested calls follow the native contract: classified just
+before they start, overlapping up to ``max_parallel``, prepared and committed one at a
+time in submission order. When the program awaits, it gets each committed result (the
+thawed value, or a ``ToolCallError``).
+
+Ownership: the program loop and the driver run in tasks this body owns. When the
+program ends, calls it submitted but that never started are dropped; started ones are
+awaited and committed before ``run_code`` returns. When the body signal fires, the
+same happens at once, then the program is stopped (its worker killed if it does not
+stop within a second). Nothing the program started outlives ``run_code``.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import json
+import os
+import signal as signals
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import ToolAbortedError, ToolArgsError, ToolError
+from .._json import snapshot_json, thaw
+from .._results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
+from .._scheduler import _Driver
+from .._tool import ToolCall
+
+if TYPE_CHECKING:
+    from .._execution import RunContext
+    from .._registry import ToolRegistry
+    from ._settings import CodeSettings
+
+__all__ = ["CodeFailedError", "SandboxPool", "run_program"]
+
+_PRELUDE: Final = "ToolCallError = RuntimeError"  # no class inheritance in the sandbox
+_STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
+ENDED: Final = "the program ended"
+
+
+class CodeFailedError(ToolError):
+    """A ``run_code`` program failed: ``code run failed (<kind>): <message>``."""
+
+    code = "CODE_FAILED"
+
+
+_FAILURES: dict[str, type[CodeFailedError]] = {}
+
+
+def _failure(kind: str, message: str, logs: str, type_name: str | None) -> CodeFailedError:
+    """The error of a failed run, its class named for the sandbox's exception class."""
+    text = f"code run failed ({kind}): {message}"
+    if logs:
+        text += f"\nCaptured output:\n{logs}"
+    name = type_name or "CodeFailedError"
+    cls = _FAILURES.get(name)
+    if cls is None:
+        cls = _FAILURES[name] = type(name, (CodeFailedError,), {"__module__": __name__})
+    return cls(text)
+
+
+class SandboxPool:
+    """The registry's ``pydantic_monty`` worker pool and the programs running on it."""
+
+    def __init__(self) -> None:
+        self._monty: Any = None
+        self._starting: asyncio.Lock | None = None
+        self._running: set[_Program] = set()
+        self._closed = False
+
+    async def start(self) -> None:
+        if self._closed:
+            raise RuntimeError("the registry's sandbox pool is closed")
+        if self._monty is not None:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._monty is None:
+                import pydantic_monty
+
+                monty = pydantic_monty.AsyncMonty()
+                await monty.__aenter__()
+                self._monty = monty
+
+    def checkout(self, **options: Any) -> Any:
+        return self._monty.checkout(**options)
+
+    async def close(self) -> None:
+        """Cancel the running programs, wait for them, then stop the workers."""
+        self._closed = True
+        programs = list(self._running)
+        for program in programs:
+            program.stop("the registry is closing")
+        for program in programs:
+            await program.done.wait()
+        monty, self._monty = self._monty, None
+        if monty is not None:
+            await monty.__aexit__(None, None, None)
+
+
+async def run_program(registry: ToolRegistry, sdk: str, methods: frozenset[str],
+                      arguments: Any, ctx: RunContext) -> ToolOutput:
+    """``run_code``'s body for ``{"code": source}``."""
+    code = arguments.get("code") if isinstance(arguments, Mapping) else None
+    if not isinstance(code, str):
+        raise ToolArgsError('invalid arguments: "code" must be a string',
+                            violations=('"code" must be a string',))
+    settings = registry._code_settings(ctx.scope)
+    pool = await registry._sandbox()
+    program = _Program(registry, ctx, settings, methods)
+    pool._running.add(program)
+    try:
+        return await program.run(pool, sdk, code)
+    finally:
+        pool._running.discard(program)
+        program.done.set()
+
+
+class _Program:
+    """One program: its sandbox loop, its nested calls' driver, and what they produced."""
+
+    def __init__(self, registry: ToolRegistry, ctx: RunContext, settings: CodeSettings,
+                 methods: frozenset[str]) -> None:
+        self.registry = registry
+        self.ctx = ctx
+        self.settings = settings
+        self.methods = methods
+        self.driver = _Driver(registry, [], [], settings.max_parallel, None)
+        self.driver.open = True
+        self.names: list[str] = []  # each submitted call's tool name, by driver index
+        self.results: dict[int, ToolResult] = {}  # committed, by driver index
+        self.committed = asyncio.Event()
+        self.calls = 0
+        self.over_calls = False
+        self.stopping: str | None = None
+        self.cancelled = asyncio.Event()
+        self.done = asyncio.Event()
+        self.pending: dict[int, int] = {}  # the sandbox's call id -> the driver index
+        self.pid: int | None = None
+
+    def stop(self, reason: str) -> None:
+        """Stop the program: no call starts any more; started ones finish and commit."""
+        if self.stopping is None:
+            self.stopping = reason
+            self.driver.close_feed()
+            self.committed.set()
+            if reason != ENDED:
+                self.driver._cancel(reason)  # the started nested calls see their signal
+                self.cancelled.set()
+
+    async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
+        unhook = self.ctx.signal.add_callback(lambda: self.stop("cancelled"))
+        outcome: Any = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                drive = group.create_task(self._drive())
+                program = group.create_task(self._program(pool, sdk, code))
+                cancelled = group.create_task(self.cancelled.wait())
+                await asyncio.wait((program, cancelled), return_when=asyncio.FIRST_COMPLETED)
+                if program.done():
+                    cancelled.cancel()
+                    self.stop(ENDED)  # unstarted calls are dropped; started ones commit
+                    outcome = program.result()
+                else:
+                    # Cancelled: the nested calls wind down first, then the sandbox stops.
+                    await drive
+                    program.cancel()
+                    await self._kill_if_stuck(program)
+        finally:
+            unhook()
+        self._forward()
+        if outcome is None and not self.ctx.signal.cancelled:  # registry.aclose()
+            raise ToolAbortedError(f"tool call aborted: {self.stopping}")
+        if outcome is None:
+            # Cancelled: what the body returns then is no outcome of its own; the pipeline
+            # makes the result ABORTED (or TOOL_TIMEOUT) as for any stopped body.
+            return ToolOutput(value=None, content=[TextContent("run_code was cancelled")])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    async def _kill_if_stuck(self, program: asyncio.Task[Any]) -> None:
+        done, _ = await asyncio.wait((program,), timeout=_STOP_GRACE)
+        if not done and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
+        with contextlib.suppress(asyncio.CancelledError):
+            await program
+
+    async def _drive(self) -> None:
+        """Commit the nested calls in submission order, telling the program of each."""
+        driver = self.driver
+        unhook = driver._hook()
+        try:
+            while (slot := await driver._next()) is not None:
+                self.results[slot.index] = driver._committed(slot)
+                self.committed.set()
+        except BaseException as exc:
+            await driver._wind_down(exc)
+            raise
+        finally:
+            driver.ended = True
+            unhook()
+
+    def _submit(self, name: str, args: Any) -> int | None:
+        """A nested call of ``name``; its index, or ``None`` past ``max_calls``."""
+        if self.calls >= self.settings.max_calls:
+            self.over_calls = True
+            return None
+        self.calls += 1
+        ctx = self.ctx
+        call = ToolCall(call_id=f"{ctx.call_id}.{self.calls}", name=name, arguments=args,
+                        scope=ctx.scope, parent=ctx.token, signal=ctx.signal)
+        index = self.driver.submit(call, ctx.scope)
+        self.names.append(name)
+        return index
+
+    async def _program(self, pool: SandboxPool, sdk: str, code: str) -> Any:
+        """Run the program; its ``ToolOutput``, or the exception ``run_code`` raises."""
+        import pydantic_monty as pm
+
+        settings = self.settings
+        logs = pm.CollectString(max_bytes=settings.max_output_bytes)
+        limits: Any = {"max_feed_duration_secs": settings.max_duration,
+                       "max_memory": settings.max_memory,
+                       "max_suspensions": 4 * settings.max_calls + 1000}
+        tools = pm.ClassInstance(_Tools(), allowed_methods={*self.methods, "call"})
+        try:
+            async with pool.checkout(limits=limits, type_check=settings.type_check,
+                                     type_check_stubs=sdk, type_check_format="concise") as session:
+                self.pid = session.worker_pid
+                await session.feed_run(_PRELUDE, skip_type_check=True)
+                snapshot = await session.feed_start(code, inputs={"tools": tools},
+                                                    print_callback=logs)
+                while not isinstance(snapshot, pm.MontyComplete):
+                    snapshot = await self._answer(snapshot, pm)
+                output = snapshot.output
+        except pm.MontyError as exc:
+            return self._failed(exc, logs.output, pm)
+        if self.over_calls:
+            return _failure("call-limit", f"the program made more than {settings.max_calls} "
+                            "tool calls", logs.output, None)
+        return self._success(code, output, logs.output)
+
+    async def _answer(self, snapshot: Any, pm: Any) -> Any:
+        if isinstance(snapshot, pm.AsyncFunctionSnapshot):
+            name = snapshot.function_name
+            if snapshot.is_os_function:
+                return await snapshot.resume_not_handled()
+            if snapshot.object_id is None or not (name in self.methods or name == "call"):
+                return await snapshot.resume(
+                    {"exception": NameError(f"name {name!r} is not defined")})
+            if self.stopping is not None:
+                return await snapshot.resume(
+                    {"exception": RuntimeError("run_code was cancelled")})
+            args = list(snapshot.args)
+            kwargs = dict(snapshot.kwargs)
+            if name == "call":
+                tool = args.pop(0) if args else kwargs.pop("name", None)
+                if not isinstance(tool, str):
+                    return await snapshot.resume(
+                        {"exception": TypeError("tools.call() takes a tool name")})
+                name = tool
+            payload = args[0] if args else kwargs.get("args", {})
+            index = self._submit(name, payload)
+            if index is None:
+                return await snapshot.resume({"exception": RuntimeError(
+                    f"call limit reached: a program may make at most "
+                    f"{self.settings.max_calls} tool calls")})
+            self.pending[snapshot.call_id] = index
+            return await snapshot.resume({"future": ...})
+        if isinstance(snapshot, pm.AsyncFutureSnapshot):
+            wanted = snapshot.pending_call_ids
+            while True:
+                ready = {i: self._settled(i) for i in wanted
+                         if self.pending.get(i) in self.results}
+                if ready:
+                    return await snapshot.resume(ready)
+                self.committed.clear()
+                await self.committed.wait()
+        return await snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
+
+    def _settled(self, monty_id: int) -> Any:
+        index = self.pending.pop(monty_id)
+        result = self.results[index]
+        if not result.is_error:
+            return {"return_value": thaw(result.value)}
+        info = result.error
+        assert info is not None
+        code = info.code or "ERROR"
+        return {"exception": RuntimeError(
+            f'tool "{self.names[index]}" failed ({code}): {info.message}')}
+
+    def _success(self, code: str, output: Any, logs: str) -> Any:
+        value: dict[str, Any] = {"logs": logs}
+        text = logs
+        if output is not None and _ends_in_expression(code):  # None: as a REPL shows it
+            try:
+                frozen = snapshot_json(output)
+            except ValueError as exc:
+                return _failure("runtime", f"the program's result is not lossless JSON: {exc}",
+                                logs, None)
+            value["result"] = thaw(frozen)
+            rendered = json.dumps(value["result"], ensure_ascii=False)
+            if len(logs.encode()) + len(rendered.encode()) > self.settings.max_output_bytes:
+                return _failure("output-limit", "captured output and result exceed "
+                                f"{self.settings.max_output_bytes} bytes", logs, None)
+            text = (text if not text or text.endswith("\n") else text + "\n") + \
+                f"result: {rendered}"
+        content = text or "(run_code completed with no output)"
+        return ToolOutput(value=value, content=[TextContent(content)])
+
+    def _failed(self, exc: Exception, logs: str, pm: Any) -> CodeFailedError:
+        type_name = type(exc).__name__
+        if isinstance(exc, pm.MontySyntaxError):
+            return _failure("syntax", exc.display("type-msg"), logs, type_name)
+        if isinstance(exc, pm.MontyTypingError):
+            diagnostics = exc.display().strip()
+            # The checker parses first: a program that does not parse is a syntax failure.
+            kind = "syntax" if "error[invalid-syntax]" in diagnostics else "type"
+            return _failure(kind, diagnostics, logs, type_name)
+        if isinstance(exc, pm.MontyCrashedError):
+            return _failure("crashed", str(exc), logs, type_name)
+        if self.over_calls:
+            return _failure("call-limit", f"the program made more than "
+                            f"{self.settings.max_calls} tool calls", logs, type_name)
+        inner = _inner(exc)
+        message = exc.display("type-msg") if isinstance(exc, pm.MontyRuntimeError) else str(exc)
+        if isinstance(inner, TimeoutError):
+            return _failure("timeout", message, logs, type_name)
+        if isinstance(inner, MemoryError):
+            limit = self.settings.max_output_bytes
+            kind = "output-limit" if message.endswith(f"> {limit} bytes") and (
+                limit != self.settings.max_memory) else "memory"
+            return _failure(kind, message, logs, type_name)
+        if isinstance(exc, pm.MontyRuntimeError):
+            message = exc.display("traceback").strip()
+        return _failure("runtime", message, logs, type_name)
+
+    def _forward(self) -> None:
+        """Nested results' contexts (and successful images) to run_code, in order."""
+        ctx = self.ctx
+        for index in sorted(self.results):
+            result = self.results[index]
+            for message in result.contexts:
+                ctx.defer_context(message)
+            if not result.is_error:
+                images = tuple(c for c in result.content if isinstance(c, ImageContent))
+                if images:
+                    ctx.defer_context(ContextMessage(images, self.names[index]))
+            if result.concludes_turn:
+                ctx.conclude_turn()
+
+
+class _Tools:
+    """The host object behind the program's ``tools``; its calls never reach it."""
+
+
+def _inner(exc: Exception) -> BaseException | None:
+    try:
+        return exc.exception()  # type: ignore[attr-defined,no-any-return]
+    except Exception:
+        return None
+
+
+def _ends_in_expression(code: str) -> bool:
+    """Whether the program's last statement is an expression (its value is the result)."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError):
+        return False
+    return bool(body) and isinstance(body[-1], ast.Expr)
