@@ -507,3 +507,44 @@ async def test_over_stdio_bad_arguments_are_invalid_args_before_the_round_trip()
         "invalid arguments: \"a\": 'two' is not of type 'integer'", "INVALID_ARGS", "ToolArgsError"
     )
     assert added.value == 3
+
+
+# ---- progress, both ways ------------------------------------------------------------------
+
+
+def progress_registry() -> tr.ToolRegistry:
+    registry = tr.ToolRegistry()
+
+    async def index(arguments: Any, ctx: tr.RunContext) -> str:
+        for done in range(1, 4):
+            ctx.report_progress(done, 3, f"file {done}")
+            await asyncio.sleep(0)
+        return "indexed"
+
+    registry.register(tr.Tool(name="index", description="Index files.",
+                              parameters={"type": "object"}, execute=index))
+    return registry
+
+
+async def test_a_served_tools_progress_reaches_the_sdk_clients_progress_callback() -> None:
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    async with mcp.Client(toolrail.mcp.server(progress_registry()), mode="legacy",
+                          cache=None) as client:
+        result = await client.session.call_tool("index", {}, progress_callback=on_progress)
+    assert [block.text for block in result.content] == ["indexed"]  # type: ignore[union-attr]
+    assert heard == [(1.0, 3.0, "file 1"), (2.0, 3.0, "file 2"), (3.0, 3.0, "file 3")]
+
+
+async def test_an_attached_tools_remote_progress_arrives_as_report_progress_locally() -> None:
+    async with attached(toolrail.mcp.server(progress_registry())) as (local, _):
+        assert isinstance(local, tr.ToolRegistry)
+        heard: list[str] = []
+        local.on_progress(lambda execution, report: heard.append(
+            f"{execution.name} {report.progress:g}/{report.total:g} {report.message}"))
+        result = await local.execute(call("index"))
+    assert result.text == "indexed"
+    assert heard == ["index 1/3 file 1", "index 2/3 file 2", "index 3/3 file 3"]

@@ -26,6 +26,7 @@ disconnected, and with ``reconnect=True`` the task opens a new one, with backoff
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -311,6 +312,7 @@ class _RemoteCall:
     def __repr__(self) -> str:
         return f"<MCP tool {self.remote!r}>"
 
+
     async def __call__(self, arguments: JsonValue, context: RunContext) -> ToolOutput:
         plain: Any = thaw(arguments) if isinstance(arguments, Mapping) else arguments
         self.arguments.check(plain)
@@ -319,7 +321,8 @@ class _RemoteCall:
             raise link._disconnected()
         generation = link._generation
         try:
-            result = await link.session.call_tool(self.remote, plain)
+            result = await link.session.call_tool(self.remote, plain,
+                                                  progress_callback=_forwarding(context))
         except MCPError as exc:
             message = exc.error.message
             if exc.code != _CONNECTION_CLOSED:
@@ -347,6 +350,18 @@ class _RemoteCall:
             value = value["result"]
         # No blocks but a value: let the pipeline render the value as the model's text.
         return ToolOutput(value=value, content=content or None)
+
+
+def _forwarding(context: RunContext) -> Any:
+    """The ``progress_callback`` of one remote call: the server's progress notifications
+    become the body's ``report_progress`` (values the body would refuse are dropped)."""
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(TypeError, ValueError):
+            context.report_progress(progress, total, message)
+
+    return forward
+
 
 
 def _check(target: object, prefix: object) -> None:

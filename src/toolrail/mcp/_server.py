@@ -26,8 +26,8 @@ import asyncio
 import contextvars
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine, Hashable, Mapping
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Coroutine, Hashable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -38,10 +38,20 @@ from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.dispatcher import coerce_request_id
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher, progress_token_from_params
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import ApprovalRequest, CancelController, Tool, ToolCall, ToolRegistry, __version__, thaw
+from .. import (
+    ApprovalRequest,
+    CancelController,
+    Execution,
+    Progress,
+    Tool,
+    ToolCall,
+    ToolRegistry,
+    __version__,
+    thaw,
+)
 from .._registry import approving_with
 from ._wire import wire_result, wire_tool
 
@@ -215,8 +225,10 @@ class _View:
         tool = self.registry.get(name, self.scope)
         self.running.add(controller)
         asking = approving_with(self.registry, _Elicit(ctx)) if self.elicit else nullcontext()
+        progress = (_ProgressOut(ctx) if progress_token_from_params(ctx.params) is not None
+                    else None)
         try:
-            with asking:
+            with asking, progress.listening(self.registry) if progress else nullcontext():
                 # Never a CancelledError inside the call: its cancellations reach it as its
                 # signal.
                 if _hold(ctx, controller):
@@ -228,10 +240,51 @@ class _View:
                     result = await _in_a_task(self.registry.execute(call), controller)
         finally:
             self.running.discard(controller)
+            if progress is not None:
+                await progress.flush()
         return wire_result(result, tool)
 
 
 _CANCELLED = "cancelled by the MCP client"
+
+_REPORTING: contextvars.ContextVar[_ProgressOut | None] = contextvars.ContextVar(
+    "toolrail_mcp_progress", default=None)
+
+
+class _ProgressOut:
+    """Progress of one served call, sent to the client as ``notifications/progress`` for
+    the request's ``progressToken``, all of it before the call's answer.
+
+    While the call runs, a progress listener on the registry hears every call; this
+    call's reports are the ones made in its context (a worker thread's and a child
+    task's contexts are copies of it).
+    """
+
+    __slots__ = ("ctx", "sends")
+
+    def __init__(self, ctx: ServerRequestContext[_Run]) -> None:
+        self.ctx = ctx
+        self.sends: list[asyncio.Task[None]] = []
+
+    @contextmanager
+    def listening(self, registry: ToolRegistry) -> Iterator[None]:
+        reset = _REPORTING.set(self)
+        try:
+            with registry.on_progress(self.heard):
+                yield
+        finally:
+            _REPORTING.reset(reset)
+
+    def heard(self, execution: Execution, report: Progress) -> None:
+        if _REPORTING.get() is self:
+            self.sends.append(asyncio.get_running_loop().create_task(
+                self.ctx.session.report_progress(report.progress, report.total,
+                                                 report.message)))
+
+    async def flush(self) -> None:
+        """Wait until every notification is sent (or failed: never the call's answer)."""
+        if self.sends:
+            await asyncio.gather(*self.sends, return_exceptions=True)
 
 _ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
 _OUTCOMES = {"accept": "allowed-once", "decline": "rejected", "cancel": "cancelled"}
