@@ -9,13 +9,14 @@ stage start costs one dictionary lookup.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Final, TypeAlias, TypeVar
 
 from ._disposer import Disposer
-from ._outcome import is_awaitable
+from ._outcome import discard, is_awaitable, message_of
 
-__all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage", "walk"]
+__all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage", "notify", "walk"]
 
 T = TypeVar("T")
 
@@ -125,3 +126,24 @@ async def walk(chain: tuple[Callable[..., Any], ...], args: tuple[Any, ...],
         return accept(out)
 
     return await at(0)
+
+
+def notify(logger: logging.Logger, listeners: tuple[Callable[..., Any], ...],
+           execution: Any, payload: Any, role: str = "result observer",
+           synchronous: str = "observers must be synchronous") -> None:
+    """Call each synchronous listener with ``(execution, payload)``; one that raises, or
+    returns an awaitable (closed here), is logged at WARNING as ``tool "<name>"
+    (<call_id>): <role> failed: <message>`` and the others still run. Shared by result
+    observers and progress listeners (``_progress``)."""
+    for listener in listeners:
+        try:
+            out = listener(execution, payload)
+        except Exception as exc:
+            message = message_of(exc)
+        else:
+            if out is None or not is_awaitable(out):
+                continue
+            discard(out)
+            message = synchronous
+        logger.warning('tool "%s" (%s): %s failed: %s', execution._name,
+                       execution._call_id, role, message)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
-from ._chains import POST, RESULT, walk
+from ._chains import POST, RESULT, notify, walk
 from ._decisions import UNSET, Accept, Block
 from ._errors import BLOCKED, ToolOutputError
 from ._execution import Execution
@@ -23,7 +23,6 @@ from ._outcome import (
     error,
     from_exception,
     frozen_blocks,
-    is_awaitable,
     materialize,
     message_of,
     render,
@@ -75,7 +74,7 @@ def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
         result = _finalize(state.finalize, execution, result)
     observers = registry._chains.for_call(RESULT, execution._scope)
     if observers:
-        _notify(registry, observers, execution, result)
+        notify(registry.logger, observers, execution, result)
     return result
 
 
@@ -199,21 +198,3 @@ def _finalize(finalize: Callable[..., Any], execution: Execution,
         return error(f"finalize_content returned {safe_repr(out)}, not None or a sequence of "
                      "Content")
     return replace_result(result, content=content)
-
-
-def _notify(registry: ToolRegistry, observers: tuple[Callable[..., Any], ...],
-            execution: Execution, result: ToolResult) -> None:
-    for observer in observers:
-        try:
-            out = observer(execution, result)
-        except Exception as exc:
-            _observer_failed(registry, execution, message_of(exc))
-            continue
-        if out is not None and is_awaitable(out):
-            discard(out)
-            _observer_failed(registry, execution, "observers must be synchronous")
-
-
-def _observer_failed(registry: ToolRegistry, execution: Execution, message: str) -> None:
-    registry.logger.warning('tool "%s" (%s): result observer failed: %s', execution._name,
-                            execution._call_id, message)

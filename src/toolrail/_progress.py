@@ -15,8 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._chains import PROGRESS
-from ._outcome import discard, is_awaitable, message_of
+from ._chains import PROGRESS, notify
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -53,17 +52,6 @@ def checked_progress(progress: Any, total: Any, message: Any) -> Progress:
 
 def deliver(registry: ToolRegistry, execution: Execution, report: Progress) -> None:
     """Run the listeners the call's scope sees now, containing their failures."""
-    for listener in registry._chains.for_call(PROGRESS, execution._scope):
-        try:
-            out = listener(execution, report)
-        except Exception as exc:
-            _failed(registry, execution, message_of(exc))
-            continue
-        if out is not None and is_awaitable(out):
-            discard(out)
-            _failed(registry, execution, "progress listeners must be synchronous")
-
-
-def _failed(registry: ToolRegistry, execution: Execution, message: str) -> None:
-    registry.logger.warning('tool "%s" (%s): progress listener failed: %s', execution._name,
-                            execution._call_id, message)
+    listeners = registry._chains.for_call(PROGRESS, execution._scope)
+    notify(registry.logger, listeners, execution, report, "progress listener",
+           "progress listeners must be synchronous")
