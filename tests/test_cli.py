@@ -77,6 +77,53 @@ def test_demo_runs_non_interactively_and_shows_every_stage() -> None:
     assert done.stderr == ""
 
 
+def test_demo_code_runs_the_task_as_one_run_code_step_and_shows_its_nested_calls() -> None:
+    done = _toolrail("demo", "--code")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for expected in (
+        "one registry in code mode",
+        "approve write_file {'path': 'summary.md', 'text': '3 notes, 2 todos'}?  y "
+        "(auto-approved)",
+        "call_1.1 list_files (nested): ok",
+        "call_1.2 read_file (nested): ok toolrail runs tool calls in model order",
+        "call_1.3 read_file (nested): ok write the summary",
+        "call_1.4 write_file (nested): ok wrote 16 characters to summary.md",
+        "call_1.5 word_count (nested): ok 4",
+        "call_1.8 read_file (nested): DENIED Error: ../../etc/passwd is outside the workspace",
+        'call_1 run_code: ok refused: tool "read_file" failed (DENIED)',
+        'result: {"files": ["notes.md", "todo.md"], "summary": "3 notes, 2 todos", '
+        '"words": [4, 13, 6]}',
+        "model: The workspace is summarized in summary.md.",
+        "tool calls                  │ 9",
+        "tool messages for the model │ 1",
+    ):
+        assert expected in out, expected
+    assert done.stderr == ""
+
+
+def test_list_of_a_scope_in_code_mode_shows_the_sdk_the_program_calls(tmp_path: Path) -> None:
+    path = tmp_path / "coded.py"
+    path.write_text(TARGET_SOURCE + 'registry.scope("coder").present_as("code")\n')
+    done = _toolrail("list", f"{path}:registry", "--scope", "coder")
+    assert done.returncode == 0, done.stderr
+    registry = load_target(f"{path}:registry")
+    transport = registry.get("run_code", "coder")
+    assert transport is not None
+    summary = transport.description.split("\n", 1)[0]
+    assert done.stdout == (f"run_code            {summary}\n\n"
+                           "run_code's description (the SDK its programs call):\n\n"
+                           f"{transport.description}\n")
+    assert "async def add(self, args: AddArgs)" in done.stdout
+    assert "class Tools(Protocol):" in done.stdout
+
+
+def test_list_of_a_native_scope_shows_no_sdk(target: str) -> None:
+    done = _toolrail("list", target, "--scope", "agent")
+    assert done.returncode == 0, done.stderr
+    assert "run_code" not in done.stdout
+
+
 def test_list_prints_a_table_of_the_global_tools(target: str) -> None:
     done = _toolrail("list", target)
     assert done.returncode == 0, done.stderr

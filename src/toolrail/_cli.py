@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--yes", action="store_true",
                       help="approve every approval request (the default when stdin is not "
                            "a terminal)")
+    demo.add_argument("--code", action="store_true",
+                      help="do the same task in code mode: one run_code step whose program "
+                           "calls the tools (needs the code extra)")
 
     listing = commands.add_parser("list", help="print the tool schemas a scope sees",
                                   description="Print the schemas of the tools a scope sees.")
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from ._demo import run_demo
 
-            return run_demo(auto_approve=args.yes or not sys.stdin.isatty())
+            return run_demo(auto_approve=args.yes or not sys.stdin.isatty(), code=args.code)
         if args.command is None:
             parser.print_help()
             return 2
@@ -183,6 +186,10 @@ def _list(registry: ToolRegistry, scope: Hashable | None, form: str) -> int:
             print(f"{schema.name:<{width}}  {mode:<8}  {summary}".rstrip())
         if not schemas:
             print("(no tools)")
+        transport = registry.get("run_code", scope)
+        if transport is not None:  # the model reads the tools as this text, so show it
+            print(f"\nrun_code's description (the SDK its programs call):\n\n"
+                  f"{transport.description}")
         return 0
     print(json.dumps(_formatted(registry, schemas, scope, form), indent=2, ensure_ascii=False))
     return 0

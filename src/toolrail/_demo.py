@@ -4,11 +4,16 @@ No network and no API key: the "model" replays OpenAI-format assistant messages.
 step's tool calls go through ``registry.run`` — parallel reads, a write behind an
 approval, a guard denial, a timeout, and a batch the user stops — while a live
 timeline shows which calls overlapped and when each result was committed.
+
+``toolrail demo --code`` does the same workspace task in code mode (code-mode.md): one
+``run_code`` step whose program gathers the reads, writes behind the same approval,
+meets the same guard, and whose nested calls fill the timeline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -66,6 +71,37 @@ SCRIPT: list[tuple[str, dict[str, Any]]] = [
               "tool_calls": None}),
 ]
 
+# The same task as one program: what a code-mode model answers in a single step.
+PROGRAM = """\
+import asyncio
+files, notes, todo = await asyncio.gather(
+    tools.list_files({}),
+    tools.read_file({"path": "notes.md"}),
+    tools.read_file({"path": "todo.md"}),
+)
+summary = f"{len(notes.splitlines())} notes, {len(todo.splitlines())} todos"
+await tools.write_file({"path": "summary.md", "text": summary})
+counts = await asyncio.gather(
+    tools.word_count({"path": "summary.md"}),
+    tools.word_count({"path": "notes.md"}),
+    tools.word_count({"path": "todo.md"}),
+)
+try:
+    await tools.read_file({"path": "../../etc/passwd"})
+except ToolCallError as error:
+    print("refused:", error)
+{"files": files, "summary": summary, "words": counts}
+"""
+
+CODE_SCRIPT: list[tuple[str, dict[str, Any]]] = [
+    ("One program does the task (its nested calls overlap where safe)", {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "run_code", "arguments": json.dumps({"code": PROGRAM})}},
+        ]}),
+    SCRIPT[-1],
+]
+
 
 @dataclass
 class _Row:
@@ -75,6 +111,7 @@ class _Row:
     settled: float | None = None
     committed: float | None = None
     outcome: str = ""
+    brief: str = ""
 
 
 @dataclass
@@ -88,22 +125,23 @@ class _Step:
         return next((r for r in self.rows if r.call_id == call_id), None)
 
 
-def run_demo(*, auto_approve: bool) -> int:
-    """Run the demo; returns the exit code."""
+def run_demo(*, auto_approve: bool, code: bool = False) -> int:
+    """Run the demo (``code``: in code mode, as one ``run_code`` step); the exit code."""
     try:
         import rich  # noqa: F401
     except ImportError:
         print("toolrail demo needs the cli extra: pip install 'toolrail[cli]'", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="toolrail-demo-") as workspace:
-        return asyncio.run(_Demo(Path(workspace), auto_approve).run())
+        return asyncio.run(_Demo(Path(workspace), auto_approve, code).run())
 
 
 class _Demo:
-    def __init__(self, root: Path, auto_approve: bool) -> None:
+    def __init__(self, root: Path, auto_approve: bool, code: bool = False) -> None:
         from rich.console import Console
 
         self.root = root
+        self.code = code
         self.auto_approve = auto_approve
         interactive = sys.stdout.isatty()
         self.console: Console = Console(highlight=False, width=None if interactive else 110)
@@ -119,7 +157,8 @@ class _Demo:
         (root / "notes.md").write_text("toolrail runs tool calls in model order\n"
                                        "parallel where safe\nexclusive where not\n")
         (root / "todo.md").write_text("write the summary\ncheck the timeline\n")
-        registry = ToolRegistry(approver=self._approve)
+        registry = ToolRegistry(approver=self._approve,
+                                presentation="code" if self.code else "native")
 
         def inside(path: str) -> Path:
             target = (root / path).resolve()
@@ -198,7 +237,7 @@ class _Demo:
     # ---- the timeline ---------------------------------------------------------------
 
     async def _time_dispatch(self, execution: Execution, call_next: Any) -> ToolResult:
-        row = self.steps[-1].row(execution.call_id)
+        row = self._row(execution)
         if row is not None:
             row.started = time.perf_counter()
         try:
@@ -210,16 +249,26 @@ class _Demo:
         return result
 
     def _committed(self, execution: Execution, result: ToolResult) -> None:
-        row = self.steps[-1].row(execution.call_id)
+        row = self._row(execution)
         if row is not None:
             row.committed = time.perf_counter()
             row.outcome = result.error.code or "error" if result.error else "ok"
+            row.brief = _brief(result)
         controller = self.stop_after_first
         if controller is not None:
             self.stop_after_first = None
             self._note("[red]■[/] the user pressed stop")
             controller.cancel("the user pressed stop")
         self._refresh()
+
+    def _row(self, execution: Execution) -> _Row | None:
+        """The timeline row of a call; a nested call (from run_code) gets one when it starts."""
+        step = self.steps[-1]
+        row = step.row(execution.call_id)
+        if row is None and execution.parent is not None:
+            row = _Row(execution.call_id, execution.name)
+            step.rows.append(row)
+        return row
 
     def _note(self, text: str) -> None:
         if self.live is not None:
@@ -262,15 +311,17 @@ class _Demo:
 
     async def run(self) -> int:
         from rich.live import Live
+        from rich.markup import escape
 
         from .adapters.openai import calls_from_chat, chat_messages
 
         console = self.console
         console.print("[bold]toolrail demo[/] — a scripted model drives real tools through "
-                      f"one registry (workspace: {self.root})\n")
+                      f"one registry{' in code mode' if self.code else ''} "
+                      f"(workspace: {self.root})\n")
         began = time.perf_counter()
         transcript: list[Any] = []
-        for title, message in SCRIPT:
+        for title, message in CODE_SCRIPT if self.code else SCRIPT:
             calls = calls_from_chat(message)
             if not calls:
                 console.print(f"[bold]model:[/] {message['content']}")
@@ -293,19 +344,28 @@ class _Demo:
             if not console.is_terminal:
                 console.print()  # a non-terminal Live leaves its last line open
             transcript += chat_messages(calls, batch.results)
+            for row in step.rows:
+                if row.call_id not in {call.call_id for call in calls}:
+                    console.print(f"  {row.call_id} {row.name} (nested): {row.brief}")
             for call, result in zip(calls, batch.results, strict=True):
                 console.print(f"  {call.call_id} {call.name}: {_brief(result)}")
+                if call.name == "run_code":  # what the model reads back, whole
+                    for line in result.text.splitlines():
+                        console.print(f"    [dim]│[/] {escape(line)}")
             if batch.cancelled:
                 console.print("  [dim]the batch was cancelled: unstarted calls never ran[/]")
             console.print()
         self._summary(time.perf_counter() - began, len(transcript))
+        await self.registry.aclose()
         return 0
 
     def _summary(self, wall: float, messages: int) -> None:
         from rich.table import Table
 
         rows = [row for step in self.steps for row in step.rows]
-        busy = sum((r.settled or 0) - (r.started or 0) for r in rows if r.started is not None)
+        # run_code's own span holds its nested calls': counting it would count them twice
+        busy = sum((r.settled or 0) - (r.started or 0) for r in rows
+                   if r.started is not None and r.name != "run_code")
         stepping = sum((s.ended or 0) - s.began for s in self.steps)
         outcomes: dict[str, int] = {}
         for row in rows:
