@@ -20,6 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import (
+    bench_code,
     bench_integrations,
     bench_mcp,
     bench_peers,
@@ -38,6 +39,7 @@ SUITES: tuple[tuple[str, str, Any], ...] = (
      bench_peers),
     ("integrations", "integrations: each framework's tool path over toolrail, beside its own",
      bench_integrations),
+    ("code", "code mode: run_code programs and their nested calls", bench_code),
 )
 
 

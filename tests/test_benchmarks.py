@@ -64,6 +64,9 @@ SECTIONS = {
     "memory kept per registered tool": REGISTERS,
 }
 BARS = (
+    ("nested call ", "(bar: at most that)"),
+    ("fan-out program / native step = ", "(bar: at most 1.3x)"),
+    ("run_code fixed cost ", "(bar: under 10 ms)"),
     ("toolrail single call vs fastest peer: ", "(bar: at least 2x)"),
     ("toolrail single call vs LangChain: ", "(bar: at least 20x)"),
     ("10-call step vs OpenAI Agents SDK / pydantic-ai: ", "(bar: at least 5x)"),
@@ -161,3 +164,16 @@ def test_a_peer_that_cannot_be_imported_is_reported_not_installed() -> None:
             re.fullmatch(r"LangChain\s+not installed", row) for row in _section(sections, prefix)
         ), prefix
     assert "toolrail single call vs LangChain: n/a (LangChain not measured)" in run.stdout
+
+
+def test_the_code_suite_prints_its_figures(quick_run: subprocess.CompletedProcess[str]) -> None:
+    lines = quick_run.stdout.splitlines()
+    start = lines.index("code mode: run_code programs and their nested calls")
+    rows = [line.strip() for line in lines[start + 1 : start + 12]]
+    for label in ("run_code `1 + 1` (checkout + type check + run)",
+                  "one nested call (per call, from the difference)",
+                  "sandbox round trip (per call, from the difference)",
+                  "execute(): the same tool, native",
+                  "run(): 10 x 5 ms I/O native calls (ms per step)",
+                  "run_code: asyncio.gather of the same 10 (ms per step)"):
+        assert any(row.startswith(label) for row in rows), label

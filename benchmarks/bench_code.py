@@ -1,0 +1,153 @@
+"""Code mode: a program's fixed cost, a nested call's cost, a fanned-out program's step.
+
+A nested call's cost is the difference between a program making ``NESTED`` sequential
+calls and one making none, divided by ``NESTED``; the sandbox round trip is the same
+difference for the sandbox alone (``pydantic_monty`` answering each call at once, no
+registry), so the two subtract to what toolrail adds per nested call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import toolrail as tr
+from toolrail.code import CodeSettings
+
+from ._timing import Figure, ainterleave
+
+NESTED = 20
+FAN_OUT = 10
+IO_SECONDS = 0.005  # stands for 5 ms of I/O
+LOOP = f"for i in range({NESTED}):\n    await tools.noop({{}})\n"
+
+
+async def _noop(arguments: Any, ctx: tr.RunContext) -> str:
+    return "done"
+
+
+async def _wait(arguments: Any, ctx: tr.RunContext) -> str:
+    await asyncio.sleep(IO_SECONDS)
+    return "done"
+
+
+def _registry(presentation: str, *, type_check: bool = True) -> tr.ToolRegistry:
+    registry = tr.ToolRegistry(presentation=presentation,  # type: ignore[arg-type]
+                               code=CodeSettings(type_check=type_check))
+    for name, body in (("noop", _noop), ("wait", _wait)):
+        registry.register(tr.Tool(name=name, description=name, parameters={"type": "object"},
+                                  execute=body, concurrency_safe=True))
+    return registry
+
+
+def _program(code: str) -> tr.ToolCall:
+    return tr.ToolCall(call_id="p", name="run_code", arguments={"code": code})
+
+
+async def _checked(registry: tr.ToolRegistry, call: tr.ToolCall) -> tr.ToolResult:
+    result = await registry.execute(call)
+    if result.is_error:
+        raise RuntimeError(f"the benchmark's program failed: {result.text}")
+    return result
+
+
+class _Sandbox:
+    """The sandbox alone: the program's calls answered at once, as the runtime answers."""
+
+    def __init__(self) -> None:
+        import pydantic_monty as pm
+
+        self.pm = pm
+        self.monty: Any = pm.AsyncMonty()
+
+    async def run(self, code: str) -> None:
+        pm = self.pm
+        tools = pm.ClassInstance(_Host(), allowed_methods={"noop"})
+        async with self.monty.checkout(type_check=False) as session:
+            snapshot = await session.feed_start(code, inputs={"tools": tools})
+            while not isinstance(snapshot, pm.MontyComplete):
+                if isinstance(snapshot, pm.AsyncFunctionSnapshot):
+                    snapshot = await snapshot.resume({"future": ...})
+                else:
+                    snapshot = await snapshot.resume(
+                        {i: {"return_value": "done"} for i in snapshot.pending_call_ids})
+
+
+class _Host:
+    """The host object behind the sandbox-only program's ``tools``."""
+
+
+async def nested_figures(repeat: int, target: float) -> list[Figure]:
+    native = _registry("native")
+    code = _registry("code")
+    unchecked = _registry("code", type_check=False)
+    sandbox = _Sandbox()
+    await sandbox.monty.__aenter__()
+    try:
+        empty, looped = _program("1 + 1"), _program(LOOP)
+        call = tr.ToolCall(call_id="n", name="noop")
+        await _checked(code, looped)  # starts the pools
+        await _checked(unchecked, looped)
+        figures = await ainterleave(
+            [("run_code `1 + 1` (checkout + type check + run)", lambda: _checked(code, empty)),
+             (f"run_code of {NESTED} sequential nested calls", lambda: _checked(code, looped)),
+             ("run_code `1 + 1`, type_check=False", lambda: _checked(unchecked, empty)),
+             ("sandbox alone: `1 + 1`", lambda: sandbox.run("1 + 1")),
+             (f"sandbox alone: {NESTED} calls answered at once", lambda: sandbox.run(LOOP)),
+             ("execute(): the same tool, native", lambda: native.execute(call))],
+            repeat=repeat, target=target)
+    finally:
+        await sandbox.monty.__aexit__(None, None, None)
+        await code.aclose()
+        await unchecked.aclose()
+    fixed, program, _, bare, bare_loop, _ = figures
+    nested = (program.median_us - fixed.median_us) / NESTED
+    trip = (bare_loop.median_us - bare.median_us) / NESTED
+    return [*figures,
+            Figure("one nested call (per call, from the difference)", nested, nested, nested),
+            Figure("sandbox round trip (per call, from the difference)", trip, trip, trip)]
+
+
+async def fan_out_figures(repeat: int) -> list[Figure]:
+    native = _registry("native")
+    code = _registry("code")
+    gather = ", ".join(['tools.wait({})'] * FAN_OUT)
+    program = _program(f"import asyncio\nawait asyncio.gather({gather})\n")
+    calls = [tr.ToolCall(call_id=str(i), name="wait") for i in range(FAN_OUT)]
+    await _checked(code, program)  # starts the pool
+    stepped: list[float] = []
+    coded: list[float] = []
+    try:
+        for round_ in range(repeat):  # ABBA: load drift falls on both alike
+            for which in ((0, 1) if round_ % 2 else (1, 0)):
+                start = time.perf_counter()
+                if which:
+                    await _checked(code, program)
+                else:
+                    await native.run(calls, max_parallel=FAN_OUT)
+                (coded if which else stepped).append((time.perf_counter() - start) * 1e3)
+    finally:
+        await code.aclose()
+    return [Figure(f"run(): {FAN_OUT} x 5 ms I/O native calls (ms per step)",
+                   statistics.median(stepped), min(stepped), max(stepped)),
+            Figure(f"run_code: asyncio.gather of the same {FAN_OUT} (ms per step)",
+                   statistics.median(coded), min(coded), max(coded))]
+
+
+async def main(quick: bool) -> list[Figure]:
+    figures = await nested_figures(3 if quick else 15, 0.01 if quick else 0.2)
+    return figures + await fan_out_figures(4 if quick else 40)
+
+
+def bars(figures: list[Figure]) -> list[str]:
+    fixed, _, _, _, _, execute, nested, trip, step, coded = figures
+    allowed = 3 * execute.median_us + trip.median_us
+    return [
+        f"nested call {nested.median_us:.1f} µs vs 3 x execute() + sandbox round trip "
+        f"= {allowed:.1f} µs (bar: at most that)",
+        f"fan-out program / native step = {coded.median_us / step.median_us:.2f}x "
+        "(bar: at most 1.3x)",
+        f"run_code fixed cost {fixed.median_us / 1e3:.2f} ms (bar: under 10 ms)",
+    ]
