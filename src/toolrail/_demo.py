@@ -13,6 +13,7 @@ meets the same guard, and whose nested calls fill the timeline.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import tempfile
@@ -133,7 +134,10 @@ def run_demo(*, auto_approve: bool, code: bool = False) -> int:
         print("toolrail demo needs the cli extra: pip install 'toolrail[cli]'", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="toolrail-demo-") as workspace:
-        return asyncio.run(_Demo(Path(workspace), auto_approve, code).run())
+        status = asyncio.run(_Demo(Path(workspace), auto_approve, code).run())
+    # pydantic-monty 1.4.0 objects left in cycles can abort the interpreter's teardown
+    gc.collect()
+    return status
 
 
 class _Demo:
