@@ -113,27 +113,32 @@ async def nested_figures(repeat: int, target: float) -> list[Figure]:
 async def fan_out_figures(repeat: int) -> list[Figure]:
     native = _registry("native")
     code = _registry("code")
+    unchecked = _registry("code", type_check=False)
     gather = ", ".join(['tools.wait({})'] * FAN_OUT)
     program = _program(f"import asyncio\nawait asyncio.gather({gather})\n")
     calls = [tr.ToolCall(call_id=str(i), name="wait") for i in range(FAN_OUT)]
-    await _checked(code, program)  # starts the pool
-    stepped: list[float] = []
-    coded: list[float] = []
+    await _checked(code, program)  # starts the pools
+    await _checked(unchecked, program)
+    cases = [lambda: native.run(calls, max_parallel=FAN_OUT), lambda: _checked(code, program),
+             lambda: _checked(unchecked, program)]
+    samples: list[list[float]] = [[] for _ in cases]
     try:
-        for round_ in range(repeat):  # ABBA: load drift falls on both alike
-            for which in ((0, 1) if round_ % 2 else (1, 0)):
+        for round_ in range(repeat):  # the order turns each round: load drift falls on all
+            for turn in range(len(cases)):
+                which = (turn + round_) % len(cases)
                 start = time.perf_counter()
-                if which:
-                    await _checked(code, program)
-                else:
-                    await native.run(calls, max_parallel=FAN_OUT)
-                (coded if which else stepped).append((time.perf_counter() - start) * 1e3)
+                await cases[which]()
+                samples[which].append((time.perf_counter() - start) * 1e3)
     finally:
         await code.aclose()
+        await unchecked.aclose()
+    stepped, coded, bare = samples
     return [Figure(f"run(): {FAN_OUT} x 5 ms I/O native calls (ms per step)",
                    statistics.median(stepped), min(stepped), max(stepped)),
             Figure(f"run_code: asyncio.gather of the same {FAN_OUT} (ms per step)",
-                   statistics.median(coded), min(coded), max(coded))]
+                   statistics.median(coded), min(coded), max(coded)),
+            Figure("run_code: the same, type_check=False (ms per step)",
+                   statistics.median(bare), min(bare), max(bare))]
 
 
 async def main(quick: bool) -> list[Figure]:
@@ -142,7 +147,7 @@ async def main(quick: bool) -> list[Figure]:
 
 
 def bars(figures: list[Figure]) -> list[str]:
-    fixed, _, _, _, _, execute, nested, trip, step, coded = figures
+    fixed, _, _, _, _, execute, nested, trip, step, coded, _ = figures
     allowed = 3 * execute.median_us + trip.median_us
     return [
         f"nested call {nested.median_us:.1f} µs vs 3 x execute() + sandbox round trip "
