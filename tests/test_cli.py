@@ -102,6 +102,15 @@ def test_demo_code_runs_the_task_as_one_run_code_step_and_shows_its_nested_calls
     assert done.stderr == ""
 
 
+def test_demo_code_without_the_code_extra_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pydantic_monty", None)  # as if it were not installed
+    assert main(["demo", "--code", "--yes"]) == 2
+    assert capsys.readouterr().err == (
+        "toolrail demo --code needs the code extra: pip install 'toolrail[code]'\n")
+
+
 def test_list_of_a_scope_in_code_mode_shows_the_sdk_the_program_calls(tmp_path: Path) -> None:
     path = tmp_path / "coded.py"
     path.write_text(TARGET_SOURCE + 'registry.scope("coder").present_as("code")\n')

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import json
 import sys
 import tempfile
@@ -132,6 +133,10 @@ def run_demo(*, auto_approve: bool, code: bool = False) -> int:
         import rich  # noqa: F401
     except ImportError:
         print("toolrail demo needs the cli extra: pip install 'toolrail[cli]'", file=sys.stderr)
+        return 2
+    if code and importlib.util.find_spec("pydantic_monty") is None:
+        print("toolrail demo --code needs the code extra: pip install 'toolrail[code]'",
+              file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="toolrail-demo-") as workspace:
         status = asyncio.run(_Demo(Path(workspace), auto_approve, code).run())
