@@ -48,7 +48,7 @@ def run(*argv: str) -> int:
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
     if command == "demo":
-        ensure_venv("cli")
+        ensure_venv("cli,code" if "--code" in rest else "cli")
         return run(str(BIN / "toolrail"), "demo", *rest)
     if command == "test":
         ensure_venv("dev,bench")
