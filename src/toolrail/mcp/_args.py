@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from referencing.exceptions import Unresolvable
+
 from .. import ToolArgsError
 
 __all__ = ["ArgumentCheck", "NOT_AN_OBJECT"]
@@ -58,8 +60,6 @@ class ArgumentCheck:
             raise ToolArgsError(f"invalid arguments: {NOT_AN_OBJECT}", violations=(NOT_AN_OBJECT,))
         if self.validator is None:
             return
-        from referencing.exceptions import Unresolvable
-
         try:
             errors = list(self.validator.iter_errors(arguments))
         except Unresolvable:

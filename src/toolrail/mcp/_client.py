@@ -312,7 +312,6 @@ class _RemoteCall:
     def __repr__(self) -> str:
         return f"<MCP tool {self.remote!r}>"
 
-
     async def __call__(self, arguments: JsonValue, context: RunContext) -> ToolOutput:
         plain: Any = thaw(arguments) if isinstance(arguments, Mapping) else arguments
         self.arguments.check(plain)
@@ -361,7 +360,6 @@ def _forwarding(context: RunContext) -> Any:
             context.report_progress(progress, total, message)
 
     return forward
-
 
 
 def _check(target: object, prefix: object) -> None:
