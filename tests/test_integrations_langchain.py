@@ -164,3 +164,10 @@ async def test_a_langgraph_tool_node_runs_the_calls_through_the_registry() -> No
                        "d": ("error", "Error: deleting is not allowed")}
     assert approved == ["w"]
     assert state["messages"][-1].content == "done"
+
+
+def test_an_error_result_that_shows_nothing_reads_error_and_its_message() -> None:
+    from toolrail.integrations.langchain import content_of
+
+    result = tr.ToolResult((), True, error=tr.ErrorInfo("boom"))
+    assert content_of(result) == "Error: boom"

@@ -168,3 +168,10 @@ async def test_images_become_output_images_and_contexts_follow() -> None:
         {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
         {"type": "input_text", "text": "remember the cat"},
     ]
+
+
+def test_an_error_result_that_shows_nothing_reads_error_and_its_message() -> None:
+    from toolrail.integrations.openai_agents import output_of
+
+    result = tr.ToolResult((), True, error=tr.ErrorInfo("boom"))
+    assert output_of(result) == "Error: boom"

@@ -41,7 +41,8 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
 
 from pydantic import ConfigDict
 
-from .. import Content, ImageContent, Scope, TextContent, ToolRegistry, ToolResult, thaw
+from .. import ImageContent, Scope, TextContent, ToolRegistry, ToolResult, thaw
+from ..adapters._common import visible_content
 from ._source import Source, source_of
 
 __all__ = ["ToolrailTool", "content_of", "tool_node", "tools"]
@@ -103,7 +104,7 @@ def tool_node(target: ToolRegistry | Scope, scope: Hashable | None = None, **opt
 
 def content_of(result: ToolResult) -> str | list[str | dict[Any, Any]]:
     """A result's content and contexts as message content: a string, or blocks with images."""
-    content: tuple[Content, ...] = result.content
+    content = visible_content(result)  # an error that shows nothing reads Error: <message>
     if len(content) == 1 and not result.contexts and type(content[0]) is TextContent:
         return content[0].text
     if result.contexts:

@@ -49,6 +49,7 @@ from .. import (
     ToolSchema,
     thaw,
 )
+from ..adapters._common import visible_content
 from ..adapters._strict import _without_nulls as without_nulls
 from ..adapters._strict import strict_schema
 from ._source import Source, source_of
@@ -93,7 +94,7 @@ def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> Function
 
 def output_of(result: ToolResult) -> Any:
     """A result as a function tool's output: its text, or output items when it holds images."""
-    content = result.content
+    content = visible_content(result)  # an error that shows nothing reads Error: <message>
     if len(content) == 1 and not result.contexts and type(content[0]) is TextContent:
         return content[0].text
     if result.contexts:

@@ -44,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
     ) from exc
 
 from .. import Content, ImageContent, Scope, TextContent, ToolRegistry, thaw
+from ..adapters._common import visible_content
 from ._source import source_of
 
 __all__ = ["ToolrailToolset", "content_of"]
@@ -112,7 +113,8 @@ class ToolrailToolset(AbstractToolset[Any]):
             error = result.error
             if error is not None and error.code == "INVALID_ARGS":
                 raise ModelRetry(error.message)
-            raise ToolFailed(result.text)
+            raise ToolFailed("\n".join(block.text for block in visible_content(result)
+                                        if type(block) is TextContent))
         content = content_of(result.content)
         if not result.contexts:
             return content
