@@ -197,3 +197,20 @@ async def test_progress_of_parallel_calls_in_a_batch_names_each_call() -> None:
     assert [r.text for r in batch.results] == ["0", "1"]
     assert sorted((call_id, report.progress) for call_id, report in seen) == [
         ("0", 0.0), ("0", 1.0), ("1", 0.0), ("1", 1.0)]
+
+
+async def test_an_async_body_reporting_from_a_worker_thread_is_heard_on_the_loop_thread(
+) -> None:
+    registry = tr.ToolRegistry()
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        await asyncio.to_thread(ctx.report_progress, 1, 1, "from a thread")
+        return "done"
+
+    registry.register(raw_tool("t", body))
+    registry.on_progress(lambda execution, report: threads.append(threading.get_ident()))
+    result = await within(registry.execute(tr.ToolCall(call_id="1", name="t")))
+    assert result.text == "done"
+    assert threads == [loop_thread]

@@ -107,6 +107,8 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
     timeout = entry.tool.timeout
     loop = asyncio.get_running_loop()
     started = loop.time() if timeout is not None else 0.0
+    if context is not None:
+        context._loop = loop  # report_progress from another thread is delivered here
     watch: Watch | None = None
     failure: ToolResult | None = None
     out: Any = None

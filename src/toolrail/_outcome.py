@@ -80,8 +80,9 @@ def _raised(message: str, kind: type[ToolError], code: str | None = None,
     return error(message, kind.code if code is None else code, kind.__name__, contexts=contexts)
 
 
-def unknown_tool(name: str) -> ToolResult:
-    return _raised(f'unknown tool "{name}"', ToolNotFoundError)
+def unknown_tool(name: str, message: str | None = None) -> ToolResult:
+    """``unknown tool "<name>"``, or ``message`` (code mode's collapse) with that code."""
+    return _raised(f'unknown tool "{name}"' if message is None else message, ToolNotFoundError)
 
 
 def timed_out(timeout: float) -> ToolResult:

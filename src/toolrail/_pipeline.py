@@ -169,7 +169,7 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
     elif registry._coded and registry._refuses(call, scope):
         # code-mode.md, "The collapse": only run_code is callable by the model directly.
         state.finalize = None
-        state.end(FINAL, error(collapsed(name), "UNKNOWN_TOOL", "ToolNotFoundError"))
+        state.end(FINAL, unknown_tool(name, collapsed(name)))
     return state
 
 

@@ -64,6 +64,9 @@ class Watch:
         self.context = context
         if context is not None:
             context._hand_over()  # this watch fires its body signal from now on
+            # A body that waits may report progress from another thread (to_thread):
+            # it is delivered on this loop.
+            context._loop = asyncio.get_running_loop()
         if body is None:
             body = body_task()
         self.body = body
