@@ -307,7 +307,7 @@ async def test_middleware_added_while_a_body_waits_runs_in_that_calls_later_stag
     call = tr.ToolCall(call_id="1", name="t")
     task = asyncio.ensure_future((scope or registry).execute(call))
     await asyncio.wait_for(started.wait(), WAIT)
-    assert registry._chains.quiet  # no middleware anywhere while the call started
+    assert registry._core.chains.quiet  # no middleware anywhere while the call started
 
     def replace(execution: tr.Execution, result: tr.ToolResult, call_next: Any) -> tr.Accept:
         return tr.Accept(content="replaced")

@@ -46,7 +46,7 @@ def test_code_mode_offers_exactly_run_code_and_both_offers_it_last() -> None:
     for registry in (code, both):
         transport = registry.get("run_code")
         assert isinstance(transport, tr.Tool)
-        assert registry.schemas()[-1] == registry._resolve("run_code", None).schema  # type: ignore[union-attr]
+        assert registry.schemas()[-1] == registry._core.resolve("run_code", None).schema  # type: ignore[union-attr]
         assert registry.get("read") is not None  # other names: as today
 
 

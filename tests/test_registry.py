@@ -722,7 +722,7 @@ def test_a_listener_that_raises_during_scoped_register_rolls_it_back_without_a_t
     assert len(seen) == 2
     assert seen[1] is global_tool
     assert scope.get("t") is global_tool
-    assert registry._scopes == {}
+    assert registry.scopes() == []
     changes = Changes()
     registry.on_change(changes)
     scope.close()  # owns nothing: no notification, no error
@@ -744,7 +744,7 @@ def test_a_listener_that_raises_during_restrict_rolls_the_restriction_back() -> 
     assert seen == [None, tool]
     assert scope.get("a") is tool
     assert names(registry, "agent") == ["a"]
-    assert registry._scopes == {}
+    assert registry.scopes() == []
     changes = Changes()
     registry.on_change(changes)
     scope.close()
@@ -816,7 +816,7 @@ def test_disposal_of_a_scoped_tool_keeps_the_removal_when_a_listener_raises() ->
     with pytest.raises(RuntimeError, match=exactly("listener failed")):
         disposer()
     assert scope.get("t") is None
-    assert registry._scopes == {}
+    assert registry.scopes() == []
 
 
 # ---- Disposer -----------------------------------------------------------------------

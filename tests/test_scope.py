@@ -251,7 +251,7 @@ def test_close_disposes_everything_then_raises_the_first_exception() -> None:
     assert len(errors) == 3
     assert info.value is errors[0]
     assert names(registry, "agent") == ["g"]
-    assert registry._scopes == {}
+    assert registry.scopes() == []
     scope.close()  # nothing left: no notification, no error
     assert len(errors) == 3
 
@@ -264,7 +264,7 @@ def test_a_scope_is_a_context_manager_that_closes_on_exit() -> None:
         scope.restrict(deny=["g"])
         assert names(scope) == ["s"]
     assert names(registry, "agent") == ["g"]
-    assert registry._scopes == {}
+    assert registry.scopes() == []
 
 
 def test_a_scope_context_manager_closes_when_the_block_raises_and_lets_it_propagate() -> None:
@@ -301,7 +301,7 @@ def test_an_empty_scope_leaves_no_trace_after_close() -> None:
 
     scope.close()
 
-    assert registry._scopes == {}
+    assert registry.scopes() == []
     assert registry.schemas("agent") == registry.schemas()
 
 
@@ -316,7 +316,7 @@ def test_a_scope_whose_registrations_were_each_disposed_leaves_no_trace() -> Non
     ]
     for disposer in disposers:
         disposer()
-    assert registry._scopes == {}
+    assert registry.scopes() == []
 
 
 def test_handles_views_and_failed_registrations_leave_no_trace() -> None:
@@ -333,7 +333,7 @@ def test_handles_views_and_failed_registrations_leave_no_trace() -> None:
         scope.restrict()
     with pytest.raises(ValueError, match=re.escape("unknown global tool")):
         scope.restrict(allow=["nope"])
-    assert registry._scopes == {}
+    assert registry.scopes() == []
 
 
 async def test_executing_in_an_unknown_scope_leaves_no_trace() -> None:
@@ -342,7 +342,7 @@ async def test_executing_in_an_unknown_scope_leaves_no_trace() -> None:
     assert result.is_error is False
     result = await run(registry.scope("other"), call("g"))
     assert result.is_error is False
-    assert registry._scopes == {}
+    assert registry.scopes() == []
 
 
 # ---- flat scopes and shadowing ------------------------------------------------------

@@ -46,15 +46,25 @@ if TYPE_CHECKING:
     from ._entry import Entry
     from ._state import CallState
 
-__all__ = ["body_result", "core"]
+__all__ = ["body_result", "core_body"]
 
 _NEVER: Final = CancelSignal.never()
 _BIG: Final = 10**18
 _new = object.__new__
 
 
-async def core(state: CallState, entry: Entry | None) -> ToolResult:
-    """The innermost step of the around-execute chain; it never raises an ``Exception``."""
+async def core_body(state: CallState, entry: Entry | None) -> ToolResult:
+    """The innermost step of the around-execute chain; it never raises an ``Exception``.
+
+    An async interrupt body (``entry.fast``) is awaited in this task and watched from
+    its first wait on. Its first step runs before anything watches it: nothing can
+    interrupt a step, and no timer can fire during one. A body that returns without
+    waiting (the common case for a quick tool) never needs a ``Watch``; one that waits
+    gets it then, with the timeout's deadline counted from the body's start. A signal
+    that fired during that first step is found then: at once by the ``Watch``, or
+    afterwards for a body that did not wait (the run context's own signal follows the
+    caller's meanwhile). Any other body is watched from the start (``_unwatched``).
+    """
     execution = state.execution
     if entry is None:
         return unknown_tool(execution._name)
@@ -62,85 +72,55 @@ async def core(state: CallState, entry: Entry | None) -> ToolResult:
     if caller.cancelled:
         # A retry's later attempt: the call's body did run, so the call was aborted.
         return aborted() if state.invoked else aborted_before_dispatch()
-    installed = execution._signal
     state.invoked = True
     # A typed function without a RunContext parameter never sees one: none is made.
-    context = None if entry.context_free else RunContext(execution, caller, state.registry)
-    if entry.fast and not installed.cancelled:
-        return await _awaited(state, entry, context)
-    watch = _watch(state, entry, context, None)
+    context = None if entry.context_free else RunContext(execution, caller, state.core)
+    watch: Watch | None = None
+    body: BodyTask | None = None
     failure: ToolResult | None = None
     out: Any = None
     try:
-        if entry.fast:
-            out = await watched(entry.start(execution._arguments, context), watch)
-            if entry.finish is not None:
-                out = entry.finish(execution._name, out)
-        else:
+        if not entry.fast:
+            watch = _watch(state, entry, context, None)
             assert context is not None
             out = await _unwatched(entry, context, watch)
-    except asyncio.CancelledError as exc:
-        if watch.stands():
-            raise
-        if not (watch.fired and (entry.interrupts or watch.interrupts)):
-            failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
-    except Exception as exc:
-        failure = from_exception(exc)
-    finally:
-        _unwatch(watch)
-        if context is not None:
-            _settle(state, context)
-    return _outcome(state, entry, watch, failure, out, context)
-
-
-async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -> ToolResult:
-    """An async interrupt body, awaited in this task, watched from its first wait on.
-
-    Its first step runs before anything watches it: nothing can interrupt a step, and
-    no timer can fire during one. A body that returns without waiting (the common case
-    for a quick tool) never needs a ``Watch``; one that waits gets it then, with the
-    timeout's deadline counted from the body's start. A signal that fired during that
-    first step is found then: at once by the ``Watch``, or afterwards for a body that
-    did not wait. (The run context's own signal follows the caller's meanwhile.)
-    """
-    execution = state.execution
-    timeout = entry.tool.timeout
-    loop = asyncio.get_running_loop()
-    started = loop.time() if timeout is not None else 0.0
-    if context is not None:
-        context._loop = loop  # report_progress from another thread is delivered here
-    watch: Watch | None = None
-    failure: ToolResult | None = None
-    out: Any = None
-    task = current_task(loop)
-    body: BodyTask | None = None
-    if task is not None:  # BodyTask.of(task), without its frame: this is the hot path
-        body = _new(BodyTask)
-        body._task = task
-        body._done = False
-    try:
-        steps = entry.start(execution._arguments, context)
-        if type(steps) is not CoroutineType:
-            steps = steps.__await__()
-        if body is not None:
-            swap(loop, body)
-        try:
-            yielded = steps.send(None)
-        except StopIteration as stop:
-            out = stop.value
+        elif execution._signal.cancelled:
+            # An around-execute middleware installed a signal that has already fired:
+            # the body is interrupted at its very first step.
+            watch = _watch(state, entry, context, None)
+            out = await watched(entry.start(execution._arguments, context), watch)
         else:
-            watch = _watch(state, entry, context, started, body)
-        finally:
+            loop = asyncio.get_running_loop()
+            started = loop.time() if entry.tool.timeout is not None else 0.0
+            if context is not None:
+                context._loop = loop  # report_progress from another thread is delivered here
+            task = current_task(loop)
+            if task is not None:  # BodyTask.of(task), without its frame: the hot path
+                body = _new(BodyTask)
+                body._task = task
+                body._done = False
+            steps = entry.start(execution._arguments, context)
+            if type(steps) is not CoroutineType:
+                steps = steps.__await__()
             if body is not None:
-                swap(loop, task)
-        if watch is not None:
-            out = await resume(steps, yielded, watch)
-        if entry.finish is not None:
+                swap(loop, body)
+            try:
+                yielded = steps.send(None)
+            except StopIteration as stop:
+                out = stop.value
+            else:
+                watch = _watch(state, entry, context, started, body)
+            finally:
+                if body is not None:
+                    swap(loop, task)
+            if watch is not None:
+                out = await resume(steps, yielded, watch)
+        if entry.fast and entry.finish is not None:
             out = entry.finish(execution._name, out)
     except asyncio.CancelledError as exc:
         if watch is not None and watch.stands():
             raise
-        if watch is None or not watch.fired:
+        if watch is None or not (watch.fired and (entry.interrupts or watch.interrupts)):
             failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
     except Exception as exc:
         failure = from_exception(exc)
@@ -151,11 +131,10 @@ async def _awaited(state: CallState, entry: Entry, context: RunContext | None) -
             body._done = True
         if context is not None:
             _settle(state, context)
-    caller, installed = state.caller, execution._signal
-    if watch is None and (caller.cancelled or installed.cancelled):
+    if watch is None and (caller.cancelled or execution._signal.cancelled):
         # A signal fired during the body's only step, and nothing has passed it on yet.
         if context is not None:
-            fired = caller if caller.cancelled else installed
+            fired = caller if caller.cancelled else execution._signal
             try:
                 context._cancel_body(fired.reason or "cancelled")
             except Exception as exc:  # its callbacks: nobody's cancel() is there to raise

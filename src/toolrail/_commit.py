@@ -30,20 +30,30 @@ from ._outcome import (
     safe_repr,
 )
 from ._results import Content, ContextMessage, ErrorInfo, TextContent, ToolResult, only_content
-from ._state import FINAL, CallState
+from ._state import DISPATCHED, FINAL, REFUSED, CallState
 
 if TYPE_CHECKING:
-    from ._registry import ToolRegistry
+    from ._core import Core
 
-__all__ = ["finish", "post_execute"]
+__all__ = ["commit_now", "finish", "post_execute"]
 
 _ACCEPT: Final = Accept()
 
 
-async def post_execute(registry: ToolRegistry, state: CallState) -> None:
+def commit_now(core: Core, state: CallState) -> ToolResult | None:
+    """Stages 10-13 when there is no post-execute middleware to await; else ``None``
+    (then ``post_execute``, and ``finish``)."""
+    chains = core.chains
+    if (state.phase == DISPATCHED or state.phase == REFUSED) and not chains.quiet and (
+            chains.for_call(POST, state.execution._scope)):
+        return None
+    return finish(core, state)
+
+
+async def post_execute(core: Core, state: CallState) -> None:
     """Stage 10."""
     execution = state.execution
-    chain = registry._chains.for_call(POST, execution._scope)
+    chain = core.chains.for_call(POST, execution._scope)
     if not chain:
         return
     result = state.result
@@ -61,7 +71,7 @@ async def post_execute(registry: ToolRegistry, state: CallState) -> None:
         state.result = changed
 
 
-def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
+def finish(core: Core, state: CallState) -> ToolResult:
     """Stages 11-13, after the success-to-ABORTED rule of a cancelled call."""
     execution = state.execution
     result = state.result
@@ -72,9 +82,9 @@ def finish(registry: ToolRegistry, state: CallState) -> ToolResult:
         result = aborted(result.contexts)
     if state.finalize is not None:
         result = _finalize(state.finalize, execution, result)
-    observers = registry._chains.for_call(RESULT, execution._scope)
+    observers = core.chains.for_call(RESULT, execution._scope)
     if observers:
-        notify(registry.logger, observers, execution, result)
+        notify(core.logger, observers, execution, result)
     return result
 
 

@@ -18,7 +18,7 @@ from ._progress import Progress, checked_progress, deliver
 from ._results import Content, ContextMessage, TextContent, is_content, only_content
 
 if TYPE_CHECKING:
-    from ._registry import ToolRegistry
+    from ._core import Core
 
 __all__ = ["Execution", "ExecutionToken", "RunContext"]
 
@@ -114,11 +114,11 @@ class RunContext(Execution):
     this body invocation runs; they may be called from a worker thread.
     """
 
-    __slots__ = ("_active", "_caller", "_concludes", "_controller", "_deferred", "_execution",
-                 "_fired", "_followed", "_installed", "_loop", "_registry")
+    __slots__ = ("_active", "_caller", "_concludes", "_controller", "_core", "_deferred",
+                 "_execution", "_fired", "_followed", "_installed", "_loop")
 
     def __init__(self, execution: Execution, caller: CancelSignal | None = None,
-                 registry: ToolRegistry | None = None) -> None:
+                 core: Core | None = None) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
         self._name = execution._name
@@ -127,7 +127,7 @@ class RunContext(Execution):
         self._parent = execution._parent
         self._signal_writable = False
         self._execution = execution
-        self._registry = registry
+        self._core = core
         self._loop: asyncio.AbstractEventLoop | None = None  # set for a worker thread's body
         self._active = True
         self._concludes = False
@@ -240,18 +240,18 @@ class RunContext(Execution):
         the report is delivered on the event loop's thread.
         """
         report = checked_progress(progress, total, message)
-        registry = self._registry
-        if not self._active or registry is None:
+        core = self._core
+        if not self._active or core is None:
             return
         loop = self._loop
         if loop is not None and not _on_a_loop():
-            loop.call_soon_threadsafe(self._deliver, registry, report)
+            loop.call_soon_threadsafe(self._deliver, core, report)
         else:
-            deliver(registry, self._execution, report)
+            deliver(core, self._execution, report)
 
-    def _deliver(self, registry: ToolRegistry, report: Progress) -> None:
+    def _deliver(self, core: Core, report: Progress) -> None:
         if self._active:
-            deliver(registry, self._execution, report)
+            deliver(core, self._execution, report)
 
     def conclude_turn(self) -> None:
         """Mark this invocation's success as concluding the model's turn."""

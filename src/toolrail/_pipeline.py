@@ -1,19 +1,19 @@
-"""The execute pipeline (pipeline.md), split where the scheduler needs it.
+"""Stages 1-9 of a call (pipeline.md): prepare, then dispatch.
 
-*Prepare* is stages 1-7 (``begin``, then ``decide``: snapshot, pre-execute, approval,
-guards), *dispatch* stages 8-9 (``resolve``, then ``run_dispatch``: around-execute and
-the body, see ``_body``) and *commit* stages 10-13 (``post_execute``, then ``finish``,
-in ``_commit``: post-execute, materialize, finalize content, observers). ``execute``
-is the three in a row; the scheduler overlaps only dispatch. ``decide_now`` and
-``commit_now`` do their stages without an ``await`` when no middleware needs one.
+*Prepare* is stages 1-7: ``begin`` (lookup, snapshot, signal), then ``decide``
+(pre-execute, approval, guards, the signal again), or ``decide_now`` when there is
+nothing to await. *Dispatch* is stages 8-9: ``lookup``, then ``run_dispatch``
+(around-execute middleware around the body, whose core is ``_body.core_body``).
+*Commit*, stages 10-13, is ``_commit``. ``ToolRegistry._execute`` runs the three in a
+row; the scheduler runs the same functions and overlaps only dispatch.
 
 Failures become results here and nowhere else. Two kinds travel differently:
 *dispatch results* (unknown tool, body failure, timeout, abort) go on through around-
 and post-execute middleware; *final errors* (a middleware, guard or approver that
 raises or misbehaves) skip to materialization.
 
-Each middleware chain is walked by index, so ``call_next()`` may run the rest of the
-chain more than once. Stages with no middleware take no ``await`` at all.
+Each middleware chain is walked by index (``_chains.walk``), so ``call_next()`` may
+run the rest of the chain more than once. Stages with no middleware take no ``await``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import asyncio
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ._body import core
+from ._body import core_body
 from ._cancel import CancelSignal
-from ._chains import AROUND, POST, PRE, walk
-from ._commit import finish, post_execute
+from ._chains import AROUND, PRE, walk
 from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
 from ._errors import ABORTED_BEFORE_DISPATCH
 from ._execution import Execution, ExecutionToken
@@ -45,22 +44,15 @@ from ._outcome import (
 )
 from ._presentation import collapsed
 from ._results import ErrorInfo, ToolResult
-from ._state import DENIED, DISPATCHED, FINAL, NOT_STARTED, READY, CallState
+from ._state import DISPATCHED, FINAL, NOT_STARTED, READY, REFUSED, CallState
 from ._tool import ToolCall
 from ._watch import Watch, watched
 
 if TYPE_CHECKING:
-    from ._registry import ToolRegistry
+    from ._core import Core
 
-__all__ = [
-    "begin",
-    "commit_now",
-    "decide",
-    "decide_now",
-    "execute",
-    "resolve",
-    "run_dispatch",
-]
+__all__ = ["begin", "check_guards", "decide", "decide_now", "dispatched", "lookup",
+           "run_dispatch"]
 
 _NEVER: Final = CancelSignal.never()
 
@@ -69,61 +61,21 @@ _ASK: Final = Ask()
 
 _new = object.__new__
 
-async def execute(
-    registry: ToolRegistry, call: ToolCall, _scope: Hashable | None = None
-) -> ToolResult:
-    """Run one call through the whole pipeline to a final, frozen result.
 
-    Never raises for anything the arguments, a tool, a middleware, a guard, an
-    approver or an observer did; only ``BaseException``s that are not ``Exception``s
-    propagate, after any body it started has finished. (``ToolRegistry.execute`` is
-    this function; ``_scope`` is for ``Scope.execute``, which binds its calls.)
-    """
-    if not isinstance(call, ToolCall):
-        raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
-    scope = call.scope if _scope is None else _scope
-    state = begin(registry, call, scope, call.signal)
-    chains = registry._chains
-    # Each stage reads its chain as it stands when it starts (``quiet``: none at all).
-    if state.phase == READY:
-        if (not chains.quiet and chains.for_call(PRE, scope)) or state.asks:
-            await decide(registry, state)
-        else:
-            check_guards(registry, state)
-        if state.phase == READY:
-            resolve(registry, state)
-            if not chains.quiet and chains.for_call(AROUND, scope):
-                await run_dispatch(registry, state)
-            else:
-                _dispatched(state, await core(state, state.entry))
-    if (state.phase == DISPATCHED or state.phase == DENIED) and not chains.quiet and (
-            chains.for_call(POST, scope)):
-        await post_execute(registry, state)
-    return finish(registry, state)
-
-
-def decide_now(registry: ToolRegistry, state: CallState) -> bool:
-    """Stages 4-7 when there is no pre-execute middleware to await; else ``False``."""
-    chains = registry._chains
+def decide_now(core: Core, state: CallState) -> bool:
+    """Stages 4-7 when there is no pre-execute middleware or approval to await; else
+    ``False`` (then ``decide`` does them)."""
+    chains = core.chains
     if (not chains.quiet and chains.for_call(PRE, state.execution._scope)) or state.asks:
         return False
-    check_guards(registry, state)
+    check_guards(core, state)
     return True
-
-
-def commit_now(registry: ToolRegistry, state: CallState) -> ToolResult | None:
-    """Stages 10-13 when there is no post-execute middleware to await; else ``None``."""
-    chains = registry._chains
-    if (state.phase == DISPATCHED or state.phase == DENIED) and not chains.quiet and (
-            chains.for_call(POST, state.execution._scope)):
-        return None
-    return finish(registry, state)
 
 
 # ---- stages 1-7 ---------------------------------------------------------------------
 
 
-def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
+def begin(core: Core, call: ToolCall, scope: Hashable | None,
           signal: CancelSignal | None, snapshot: Any = None) -> CallState:
     """Stages 1-3: read the call once, snapshot the arguments, check for cancellation.
 
@@ -132,7 +84,7 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
     call_id, name, parent = call.call_id, call.name, call.parent
     if signal is None:
         signal = _NEVER
-    entry = registry._resolve(name, scope)
+    entry = core.resolve(name, scope)
     arguments: Any = snapshot
     if arguments is None:
         try:
@@ -151,7 +103,7 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
     execution._signal_writable = False
     state = _new(CallState)
     state.execution = execution
-    state.registry = registry
+    state.core = core
     state.caller = signal
     state.looked_up = entry
     state.asks = entry is not None and entry.approval is not None
@@ -166,17 +118,17 @@ def begin(registry: ToolRegistry, call: ToolCall, scope: Hashable | None,
         state.end(FINAL, error("tool call arguments must be losslessly JSON-serializable"))
     elif signal.cancelled:
         state.end(NOT_STARTED, aborted_before_dispatch())
-    elif registry._coded and registry._refuses(call, scope):
+    elif core.coded and core.refuses(call, scope):
         # code-mode.md, "The collapse": only run_code is callable by the model directly.
         state.finalize = None
         state.end(FINAL, unknown_tool(name, collapsed(name)))
     return state
 
 
-async def decide(registry: ToolRegistry, state: CallState) -> None:
+async def decide(core: Core, state: CallState) -> None:
     """Stages 4-7: pre-execute, approval, guards, the cancellation recheck."""
     execution = state.execution
-    chain = registry._chains.for_call(PRE, execution._scope)
+    chain = core.chains.for_call(PRE, execution._scope)
     try:
         decision = (await walk(chain, (execution,), _allow, _plain_pre, _accept_pre)
                     if chain else _ALLOW)
@@ -188,9 +140,9 @@ async def decide(registry: ToolRegistry, state: CallState) -> None:
             unrunnable = _unrunnable(state)
             if unrunnable is not None:
                 # A person is never asked about a call that cannot run (pipeline.md).
-                state.end(DENIED, unrunnable)
+                state.end(REFUSED, unrunnable)
                 return
-            approved = await _approve(registry, execution, decision)
+            approved = await _approve(core, execution, decision)
             if approved is None:
                 state.end(NOT_STARTED, aborted_before_dispatch())
                 return
@@ -199,9 +151,9 @@ async def decide(registry: ToolRegistry, state: CallState) -> None:
         state.end(FINAL, from_exception(exc))
         return
     if type(decision) is Deny:
-        state.end(DENIED, denied(decision.reason))
+        state.end(REFUSED, denied(decision.reason))
     else:
-        check_guards(registry, state)
+        check_guards(core, state)
 
 
 def _unrunnable(state: CallState) -> ToolResult | None:
@@ -214,10 +166,10 @@ def _unrunnable(state: CallState) -> ToolResult | None:
     return None if reason is None else from_exception(reason)
 
 
-def check_guards(registry: ToolRegistry, state: CallState) -> None:
+def check_guards(core: Core, state: CallState) -> None:
     """Stages 5-7 for an allowed call."""
     execution = state.execution
-    guards = registry._guards_for(execution._scope)
+    guards = core.guards_for(execution._scope)
     if guards:
         try:
             reason = _run_guards(guards, execution)
@@ -225,7 +177,7 @@ def check_guards(registry: ToolRegistry, state: CallState) -> None:
             state.end(FINAL, from_exception(exc))
             return
         if reason is not None:
-            state.end(DENIED, denied(reason))
+            state.end(REFUSED, denied(reason))
             return
     if state.caller.cancelled:
         state.end(NOT_STARTED, aborted_before_dispatch())
@@ -250,10 +202,10 @@ async def _allow() -> Allow:
     return _ALLOW
 
 
-async def _approve(registry: ToolRegistry, execution: Execution, ask: Ask) -> Allow | Deny | None:
+async def _approve(core: Core, execution: Execution, ask: Ask) -> Allow | Deny | None:
     """The approval table; ``None`` when the call's signal fired while it was pending."""
     name = execution._name
-    approver = registry.approver
+    approver = core.approver
     if approver is None:
         reason = ask.reason
         if reason is None:
@@ -316,25 +268,25 @@ def _run_guards(guards: tuple[Any, ...], execution: Execution) -> str | None:
 # ---- stages 8-9 ---------------------------------------------------------------------
 
 
-def resolve(registry: ToolRegistry, state: CallState) -> None:
+def lookup(core: Core, state: CallState) -> None:
     """Stage 8's lookup, once, as dispatch starts (a retry runs the same definition)."""
     execution = state.execution
-    state.entry = registry._resolve(execution._name, execution._scope)
+    state.entry = core.resolve(execution._name, execution._scope)
 
 
-async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
-    """Stages 8-9 after ``resolve``: around-execute middleware around the body."""
+async def run_dispatch(core: Core, state: CallState) -> None:
+    """Stages 8-9 after ``lookup``: around-execute middleware around the body."""
     execution = state.execution
     entry = state.entry
-    chains = registry._chains
+    chains = core.chains
     chain = () if chains.quiet else chains.for_call(AROUND, execution._scope)
     if not chain:
-        _dispatched(state, await core(state, entry))
+        dispatched(state, await core_body(state, entry))
         return
     state.trusted = False
     execution._signal_writable = True
     try:
-        result = await walk(chain, (execution,), lambda: core(state, entry),
+        result = await walk(chain, (execution,), lambda: core_body(state, entry),
                             _plain_around, _accept_around)
     except Exception as exc:
         state.end(FINAL, from_exception(exc))
@@ -342,10 +294,10 @@ async def run_dispatch(registry: ToolRegistry, state: CallState) -> None:
     finally:
         execution._signal_writable = False
         execution._signal = state.caller
-    _dispatched(state, result)
+    dispatched(state, result)
 
 
-def _dispatched(state: CallState, result: ToolResult) -> None:
+def dispatched(state: CallState, result: ToolResult) -> None:
     """Stage 9, and whether the call ended before its body could start."""
     try:
         if state.deferred is not None:

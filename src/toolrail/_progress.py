@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ._chains import PROGRESS, notify
 
 if TYPE_CHECKING:
+    from ._core import Core
     from ._execution import Execution
-    from ._registry import ToolRegistry
 
 __all__ = ["Progress", "checked_progress", "deliver"]
 
@@ -50,8 +50,8 @@ def checked_progress(progress: Any, total: Any, message: Any) -> Progress:
                     None if message is None else str.__str__(message))
 
 
-def deliver(registry: ToolRegistry, execution: Execution, report: Progress) -> None:
+def deliver(core: Core, execution: Execution, report: Progress) -> None:
     """Run the listeners the call's scope sees now, containing their failures."""
-    listeners = registry._chains.for_call(PROGRESS, execution._scope)
-    notify(registry.logger, listeners, execution, report, "progress listener",
+    listeners = core.chains.for_call(PROGRESS, execution._scope)
+    notify(core.logger, listeners, execution, report, "progress listener",
            "progress listeners must be synchronous")

@@ -21,15 +21,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._cancel import CancelController, CancelSignal, link
-from ._commit import finish, post_execute
-from ._pipeline import begin, commit_now, decide, decide_now, resolve, run_dispatch
+from ._commit import commit_now, finish, post_execute
+from ._errors import ABORTED_BEFORE_DISPATCH
+from ._pipeline import begin, decide, decide_now, lookup, run_dispatch
 from ._results import ContextMessage, ToolResult
 from ._state import READY, CallState
 from ._tool import ExecutionMode, ToolCall
 from ._watch import report_callback_error
 
 if TYPE_CHECKING:
-    from ._registry import ToolRegistry
+    from ._core import Core
 
 __all__ = ["Batch", "CallStream", "Committed", "run", "stream"]
 
@@ -79,16 +80,16 @@ def bind_calls(calls: Iterable[ToolCall], max_parallel: int, signal: CancelSigna
     return listed, scopes
 
 
-async def run(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
+async def run(core: Core, calls: list[ToolCall], scopes: list[Hashable],
               max_parallel: int, signal: CancelSignal | None) -> Batch:
-    driver = _Driver(registry, calls, scopes, max_parallel, signal)
+    driver = _Driver(core, calls, scopes, max_parallel, signal)
     await driver.run()
     return driver.final()
 
 
-def stream(registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
+def stream(core: Core, calls: list[ToolCall], scopes: list[Hashable],
            max_parallel: int, signal: CancelSignal | None) -> CallStream:
-    return CallStream(_Driver(registry, calls, scopes, max_parallel, signal))
+    return CallStream(_Driver(core, calls, scopes, max_parallel, signal))
 
 
 class CallStream:
@@ -162,9 +163,9 @@ class _Slot:
 class _Driver:
     """One batch: a state machine that ``_next()`` advances to the next commit."""
 
-    def __init__(self, registry: ToolRegistry, calls: list[ToolCall], scopes: list[Hashable],
+    def __init__(self, core: Core, calls: list[ToolCall], scopes: list[Hashable],
                  max_parallel: int, signal: CancelSignal | None) -> None:
-        self.registry = registry
+        self.core = core
         self.calls = calls
         self.scopes = scopes
         self.max_parallel = max_parallel
@@ -229,7 +230,7 @@ class _Driver:
             while (slot := await self._next()) is not None:
                 result = self._committed(slot)
                 info = result.error
-                started = info is None or info.code != "ABORTED_BEFORE_DISPATCH"
+                started = info is None or info.code != ABORTED_BEFORE_DISPATCH
                 yield Committed(slot.index, self.calls[slot.index], result, started)
         except GeneratorExit:
             # Left early: cancel the batch and commit everything, without yielding.
@@ -302,19 +303,19 @@ class _Driver:
             slot = self.slots.get(self.cursor)
             if slot is not None and slot.settled:
                 state = slot.state
-                result = commit_now(self.registry, state)
+                result = commit_now(self.core, state)
                 if result is None:
-                    await post_execute(self.registry, state)
+                    await post_execute(self.core, state)
                     if self.failure is not None:  # it failed meanwhile: notify nothing more
                         raise self.failure
-                    result = finish(self.registry, state)
+                    result = finish(self.core, state)
                 state.result = result
                 return slot
             if self.started < total and self._may_start():
                 slot = self._prepare(self.started)
                 state = slot.state
-                if state.phase == READY and not decide_now(self.registry, state):
-                    await decide(self.registry, state)
+                if state.phase == READY and not decide_now(self.core, state):
+                    await decide(self.core, state)
                     if self.failure is not None:  # it failed meanwhile: dispatch nothing
                         raise self.failure
                 if state.phase != READY:
@@ -325,9 +326,9 @@ class _Driver:
                     # of one, with every earlier call committed): nothing else can need
                     # the driver while it runs, so no task is needed. A settled call
                     # still waiting to commit would need it: then the call gets a task.
-                    resolve(self.registry, state)
+                    lookup(self.core, state)
                     try:
-                        await run_dispatch(self.registry, state)
+                        await run_dispatch(self.core, state)
                     finally:
                         slot.settled = True
                 else:
@@ -351,7 +352,7 @@ class _Driver:
         return False
 
     def _mode(self, index: int) -> ExecutionMode:
-        mode, self.snapshot = self.registry._classify(self.calls[index], self.scopes[index])
+        mode, self.snapshot = self.core.classify(self.calls[index], self.scopes[index])
         return mode
 
     def _prepare(self, index: int) -> _Slot:
@@ -360,20 +361,20 @@ class _Driver:
         batch = self.batch.signal
         signal, unlink = (batch, _unlinked) if call.signal is None else link(batch, call.signal)
         snapshot, self.snapshot = self.snapshot, None
-        state = begin(self.registry, call, self.scopes[index], signal, snapshot)
+        state = begin(self.core, call, self.scopes[index], signal, snapshot)
         slot = self.slots[index] = _Slot(index, state, unlink)
         self.started = index + 1
         return slot
 
     def _launch(self, slot: _Slot) -> None:
         """Dispatch a prepared call in a pool slot, in a task of its own."""
-        resolve(self.registry, slot.state)  # stage 8's lookup, before any later commit
+        lookup(self.core, slot.state)  # stage 8's lookup, before any later commit
         self.dispatching += 1
         slot.task = asyncio.get_running_loop().create_task(self._dispatch(slot))
 
     async def _dispatch(self, slot: _Slot) -> None:
         try:
-            await run_dispatch(self.registry, slot.state)
+            await run_dispatch(self.core, slot.state)
         except BaseException as exc:
             # Anything but the cancellation the driver itself asked for is a failure of
             # the scheduler (a CancelledError a middleware raised on its own included).

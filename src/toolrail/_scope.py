@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import _pipeline, _scheduler
+from . import _scheduler
 from ._cancel import CancelSignal
 from ._chains import AROUND, POST, PRE, PROGRESS, RESULT, Stage
 from ._disposer import Disposer
 from ._scheduler import Batch, CallStream, bind_calls
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
-from ._typed import tool as make_tool
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from ._types import Guard
     from .code._settings import CodeSettings
 
-__all__ = ["Scope", "tool_decorator"]
+__all__ = ["Scope"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +38,7 @@ class Scope:
 
     def __init__(self, registry: ToolRegistry, key: Hashable) -> None:
         self._registry = registry
+        self._core = registry._core
         self.key = key
         self._owned: dict[int, Disposer] = {}
         self._next = 0
@@ -69,7 +69,9 @@ class Scope:
 
     def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Decorator: ``register(tr.tool(fn, **options))`` in this scope; returns ``fn``."""
-        return tool_decorator(self.register, fn, options)
+        from ._typed import registering  # typed tools (pydantic) load at first use
+
+        return registering(self.register, fn, options)
 
     def restrict(self, *, allow: Iterable[str] | None = None,
                  deny: Iterable[str] | None = None) -> Disposer:
@@ -112,20 +114,20 @@ class Scope:
         return self._own(self._registry.on_change(listener))
 
     def _add(self, stage: Stage, fn: Any, prepend: bool, all_scopes: bool) -> Disposer:
-        registry = self._registry
+        core = self._core
         if all_scopes:
-            return self._own(registry._chains.add(stage, fn, None, prepend))
-        state = registry._acquire(self.key)
-        try:
-            added = registry._chains.add(stage, fn, self.key, prepend)
-        except BaseException:
-            registry._release(self.key, state)
-            raise
+            return self._own(core.chains.add(stage, fn, None, prepend))
         key = self.key
+        state = core.acquire(key)
+        try:
+            added = core.chains.add(stage, fn, key, prepend)
+        except BaseException:
+            core.release(key, state)
+            raise
 
         def remove() -> None:
             added()
-            registry._release(key, state)
+            core.release(key, state)
 
         return self._own(Disposer(remove))
 
@@ -148,23 +150,23 @@ class Scope:
                 return ExecutionMode.EXCLUSIVE
         except Exception:
             return ExecutionMode.EXCLUSIVE
-        return self._registry._mode(call, self.key)
+        return self._core.classify(call, self.key)[0]
 
     async def execute(self, call: ToolCall) -> ToolResult:
         """Run ``call`` in this scope (``scope=None`` binds it here)."""
-        return await _pipeline.execute(self._registry, call, self._bind(call))
+        return await self._registry._execute(call, self._bind(call))
 
     async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
                   signal: CancelSignal | None = None) -> Batch:
         """``registry.run`` for this scope's calls (``scope=None`` binds them here)."""
         listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
-        return await _scheduler.run(self._registry, listed, scopes, max_parallel, signal)
+        return await _scheduler.run(self._core, listed, scopes, max_parallel, signal)
 
     def stream(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
                signal: CancelSignal | None = None) -> CallStream:
         """``registry.stream`` for this scope's calls."""
         listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
-        return _scheduler.stream(self._registry, listed, scopes, max_parallel, signal)
+        return _scheduler.stream(self._core, listed, scopes, max_parallel, signal)
 
     def _bind(self, call: ToolCall) -> Hashable:
         if not isinstance(call, ToolCall):
@@ -192,12 +194,3 @@ class Scope:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def tool_decorator(register: Callable[[Tool], Disposer], fn: F | None,
-                    options: dict[str, Any]) -> F | Callable[[F], F]:
-    def decorate(func: F) -> F:
-        register(make_tool(func, **options))
-        return func
-
-    return decorate if fn is None else decorate(fn)

@@ -10,14 +10,14 @@ from ._execution import Execution
 from ._results import ContextMessage, ToolResult
 
 if TYPE_CHECKING:
+    from ._core import Core
     from ._entry import Entry
-    from ._registry import ToolRegistry
 
-__all__ = ["DENIED", "DISPATCHED", "FINAL", "NOT_STARTED", "READY", "CallState"]
+__all__ = ["DISPATCHED", "FINAL", "NOT_STARTED", "READY", "REFUSED", "CallState"]
 
 # Where a call stands between stages.
 READY: Final = 0  # prepared; dispatch next
-DENIED: Final = 1  # denied in prepare; post-execute sees the denial
+REFUSED: Final = 1  # denied (or unrunnable) in prepare; post-execute sees the refusal
 DISPATCHED: Final = 2  # has its dispatch result; post-execute next
 FINAL: Final = 3  # a final error: straight to materialize
 NOT_STARTED: Final = 4  # ABORTED_BEFORE_DISPATCH: straight to materialize
@@ -27,11 +27,11 @@ class CallState:
     """One call between its stages. ``begin`` fills every slot (without an ``__init__``:
     one call frame less per call)."""
 
-    __slots__ = ("asks", "caller", "deferred", "entry", "execution", "finalize", "invoked",
-                 "looked_up", "phase", "registry", "result", "trusted")
+    __slots__ = ("asks", "caller", "core", "deferred", "entry", "execution", "finalize",
+                 "invoked", "looked_up", "phase", "result", "trusted")
 
     execution: Execution
-    registry: ToolRegistry  # the registry running the call
+    core: Core  # the registry running the call
     caller: CancelSignal  # the caller's signal (the batch's, in a batch)
     looked_up: Entry | None  # the tool the call's scope saw at stage 1
     asks: bool  # that tool may require approval: stage 4 awaits (pipeline.md "Approval")

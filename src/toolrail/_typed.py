@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, Literal, overload
+from typing import Any, ClassVar, Literal, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -25,6 +25,8 @@ from ._signature import Extra, Signature
 from ._tool import Tool
 
 __all__ = ["TypedBody", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 Decorator = Callable[[Callable[..., Any]], Tool]
 
@@ -239,3 +241,13 @@ def _binds(fn: Callable[..., Any], names: Iterable[str]) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def registering(register: Callable[[Tool], Any], fn: F | None,
+                options: dict[str, Any]) -> F | Callable[[F], F]:
+    """``registry.tool`` and ``scope.tool``: ``register(tool(fn, **options))``, then ``fn``."""
+    def decorate(func: F) -> F:
+        register(tool(func, **options))
+        return func
+
+    return decorate if fn is None else decorate(fn)

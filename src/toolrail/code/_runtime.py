@@ -133,7 +133,7 @@ class _Program:
         self.ctx = ctx
         self.settings = settings
         self.methods = methods
-        self.driver = _Driver(registry, [], [], settings.max_parallel, None)
+        self.driver = _Driver(registry._core, [], [], settings.max_parallel, None)
         self.driver.open = True
         self.names: list[str] = []  # each submitted call's tool name, by driver index
         self.results: dict[int, ToolResult] = {}  # committed, by driver index
