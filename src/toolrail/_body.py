@@ -22,23 +22,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._bodytask import BodyTask, swap
 from ._cancel import CancelSignal
+from ._errors import ToolOutputError
 from ._execution import RunContext
-from ._json import snapshot_json
-from ._outcome import (
-    Unrenderable,
+from ._failures import (
     aborted,
     aborted_before_dispatch,
-    discard,
     error,
     from_exception,
-    frozen_blocks,
     invalid_output,
-    is_awaitable,
-    message_of,
-    render,
     timed_out,
     unknown_tool,
 )
+from ._foreign import discard, is_awaitable, message_of
+from ._json import snapshot_json
+from ._materialize import checked_value, frozen_blocks, rendered
 from ._results import ToolOutput, ToolResult, is_content, make_result, make_text, only_content
 from ._watch import Watch, report_callback_error, resume, wait_out, watched
 
@@ -244,16 +241,13 @@ def body_result(entry: Entry, out: Any, concludes: bool) -> ToolResult:
             value, content = None, out
         else:
             value = out
-        value = snapshot_json(value)
-        if entry.check_output is not None:
-            violations = entry.check_output(value)
-            if violations:
-                return invalid_output(name, "; ".join(violations))
-        content = render(value) if content is None else content
-    except Unrenderable as exc:
-        return invalid_output(name, f"value cannot be rendered as text: {exc}")
+        value = checked_value(name, entry.check_output, value)
+        if content is None:
+            content = rendered(name, value)
     except Exception as exc:
         discard(out)  # a coroutine returned as a value is never awaited: close it
+        if type(exc) is ToolOutputError:  # checked_value's, with the spec's message
+            return from_exception(exc)
         return invalid_output(name, message_of(exc))
     try:
         content = frozen_blocks(content)

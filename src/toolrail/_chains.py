@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Final, TypeAlias, TypeVar
 
 from ._disposer import Disposer
-from ._outcome import discard, is_awaitable, message_of
+from ._foreign import discard, is_awaitable, message_of
 
 __all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage", "notify", "walk"]
 

@@ -12,23 +12,11 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
 from ._chains import POST, RESULT, notify, walk
 from ._decisions import UNSET, Accept, Block
-from ._errors import BLOCKED, ToolOutputError
+from ._errors import BLOCKED
 from ._execution import Execution
-from ._json import snapshot_json
-from ._outcome import (
-    Invalid,
-    Unrenderable,
-    aborted,
-    discard,
-    error,
-    from_exception,
-    frozen_blocks,
-    materialize,
-    message_of,
-    render,
-    replace_result,
-    safe_repr,
-)
+from ._failures import Invalid, aborted, error, from_exception
+from ._foreign import discard, safe_repr
+from ._materialize import checked_value, frozen_blocks, materialize, rendered, replace_result
 from ._results import Content, ContextMessage, ErrorInfo, TextContent, ToolResult, only_content
 from ._state import DISPATCHED, FINAL, REFUSED, CallState
 
@@ -172,23 +160,9 @@ def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) 
 
 def _checked_value(state: CallState, raw: Any) -> tuple[Any, tuple[TextContent, ...]]:
     """A value set by ``Accept(value=...)``, checked as a body's value is."""
-    name = state.execution._name
-    entry = state.entry
-    try:
-        value = snapshot_json(raw)
-        if entry is not None and entry.check_output is not None:
-            violations = entry.check_output(value)
-            if violations:
-                raise _output_error(name, "; ".join(violations))
-        return value, render(value)
-    except Unrenderable as exc:
-        raise _output_error(name, f"value cannot be rendered as text: {exc}") from exc
-    except ValueError as exc:
-        raise _output_error(name, message_of(exc)) from exc
-
-
-def _output_error(name: str, reason: str) -> ToolOutputError:
-    return ToolOutputError(f'tool "{name}" returned invalid output: {reason}')
+    name, entry = state.execution._name, state.entry
+    value = checked_value(name, None if entry is None else entry.check_output, raw)
+    return value, rendered(name, value)
 
 
 def _finalize(finalize: Callable[..., Any], execution: Execution,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._cancel import CancelController
 from ._decisions import ApprovalOutcome, ApprovalRequest, Ask
+from ._errors import DENIED
 from ._execution import Execution
 from ._json import thaw
 from ._registry import ToolRegistry
@@ -386,7 +387,7 @@ class _Demo:
         table.add_row("steps", str(len(self.steps)))
         table.add_row("tool calls", str(len(rows)))
         table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
-        table.add_row("denials", str(outcomes.get("DENIED", 0)))
+        table.add_row("denials", str(outcomes.get(DENIED, 0)))
         table.add_row("time in tool bodies", f"{busy:.2f} s")
         table.add_row("time the steps took", f"{stepping:.2f} s")
         table.add_row("parallel speed-up", f"{busy / stepping:.2f}x" if stepping else "-")

@@ -13,40 +13,16 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from ._checked import CheckedBody
 from ._json import JsonValue, snapshot_json, thaw
 from ._tool import Tool, ToolSchema
 
-__all__ = ["CheckedBody", "Entry", "OutputCheck", "is_async", "path_of"]
+__all__ = ["Entry", "OutputCheck", "is_async", "path_of"]
 
 OutputCheck = Callable[[JsonValue], list[str]]
 BodyKind = Literal["async", "inline", "thread"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-
-
-class CheckedBody:
-    """Base of bodies that check their own value against ``output_schema`` (typed tools).
-
-    The registry then skips its JSON Schema check, unless the tool's ``output_schema``
-    was replaced after the body was built. An async checked body also comes in two
-    halves, so the hot path awaits the user's coroutine directly: ``start(arguments,
-    context)`` validates and returns it, ``finish(name, value)`` converts its value.
-    Calling the body itself does both.
-    """
-
-    __slots__ = ()
-    output_schema: Any = None
-    context_free = False  # the function never sees its RunContext
-
-    def check_arguments(self, arguments: Any) -> Exception | None:
-        """The error the body would raise for ``arguments`` before it runs, if any."""
-        return None
-
-    def start(self, arguments: Any, context: Any) -> Any:
-        raise NotImplementedError
-
-    def finish(self, name: str, value: Any) -> Any:
-        raise NotImplementedError
 
 
 class Entry:

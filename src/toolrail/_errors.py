@@ -19,8 +19,9 @@ Two families, kept apart on purpose:
 
 Two codes belong to the registry's own decisions, not to an exception a tool raises:
 ``DENIED`` (a pre-execute ``Deny``, an approval not granted, a guard) and ``BLOCKED``
-(a post-execute ``Block``). This module names every code; the result builders in
-``_outcome`` take them from here, and a failure the registry itself detects (an
+(a post-execute ``Block``); ``toolrail.mcp`` adds ``MCP_DISCONNECTED`` and
+``MCP_MESSAGE_TOO_LARGE`` for attached tools. This module names every code; the result builders in
+``_failures`` take them from here, and a failure the registry itself detects (an
 invalid middleware return, a result that is not lossless) carries no code at all.
 """
 
@@ -34,6 +35,8 @@ __all__ = [
     "ABORTED_BEFORE_DISPATCH",
     "BLOCKED",
     "DENIED",
+    "MCP_DISCONNECTED",
+    "MCP_MESSAGE_TOO_LARGE",
     "ToolAbortedError",
     "ToolArgsError",
     "ToolError",
@@ -98,3 +101,7 @@ DENIED: Final = "DENIED"
 BLOCKED: Final = "BLOCKED"
 ABORTED: Final = ToolAbortedError.code
 ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
+
+# The codes of calls to a tool attached from an MCP server (``toolrail.mcp``).
+MCP_DISCONNECTED: Final = "MCP_DISCONNECTED"
+MCP_MESSAGE_TOO_LARGE: Final = "MCP_MESSAGE_TOO_LARGE"

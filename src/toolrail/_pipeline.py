@@ -28,20 +28,10 @@ from ._chains import AROUND, PRE, walk
 from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
 from ._errors import ABORTED_BEFORE_DISPATCH
 from ._execution import Execution, ExecutionToken
+from ._failures import Invalid, aborted_before_dispatch, denied, error, from_exception, unknown_tool
+from ._foreign import discard, is_awaitable, plain_str, safe_repr
 from ._json import MISSING, snapshot_json
-from ._outcome import (
-    Invalid,
-    aborted_before_dispatch,
-    denied,
-    discard,
-    error,
-    from_exception,
-    is_awaitable,
-    plain_str,
-    replace_result,
-    safe_repr,
-    unknown_tool,
-)
+from ._materialize import replace_result
 from ._presentation import collapsed
 from ._results import ErrorInfo, ToolResult
 from ._state import DISPATCHED, FINAL, NOT_STARTED, READY, REFUSED, CallState

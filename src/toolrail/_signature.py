@@ -26,8 +26,8 @@ from pydantic_core import core_schema as cs
 
 from ._errors import ToolArgsError, ToolError, ToolOutputError
 from ._execution import RunContext
+from ._foreign import message_of
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json, thaw
-from ._outcome import message_of
 from ._results import ImageContent, TextContent, ToolOutput, only_content
 from ._schemas import CONTAINERS, MODELS, has_schema, tidy, violation
 

@@ -15,8 +15,9 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 from pydantic import ValidationError
 
+from ._checked import CheckedBody
 from ._docstrings import parse_docstring
-from ._entry import CheckedBody, is_async
+from ._entry import is_async
 from ._errors import ToolArgsError
 from ._execution import RunContext
 from ._json import FrozenDict, JsonValue, thaw

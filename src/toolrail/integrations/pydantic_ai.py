@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
         "pip install 'toolrail[pydantic-ai]'"
     ) from exc
 
-from .. import Content, ImageContent, Scope, TextContent, ToolRegistry, thaw
+from .. import Content, ImageContent, Scope, TextContent, ToolArgsError, ToolRegistry, thaw
 from ..adapters._common import visible_content
 from ._source import source_of
 
@@ -111,7 +111,7 @@ class ToolrailToolset(AbstractToolset[Any]):
         result = await self._source.call(ctx.tool_call_id or "", name, tool_args)
         if result.is_error:
             error = result.error
-            if error is not None and error.code == "INVALID_ARGS":
+            if error is not None and error.code == ToolArgsError.code:
                 raise ModelRetry(error.message)
             raise ToolFailed("\n".join(block.text for block in visible_content(result)
                                         if type(block) is TextContent))

@@ -56,6 +56,7 @@ from .. import (
     ToolRegistry,
     thaw,
 )
+from .._errors import MCP_DISCONNECTED, MCP_MESSAGE_TOO_LARGE
 from ._args import ArgumentCheck
 from ._names import PREFIX, assign_names
 from ._stdio import StdioProcess
@@ -78,10 +79,10 @@ _MAX_PAGES = 1000
 _CONNECTION_CLOSED = types.CONNECTION_CLOSED
 _CLOSED = "Connection closed"  # the SDK's message for it
 
-DISCONNECTED = "MCP_DISCONNECTED"
+DISCONNECTED = MCP_DISCONNECTED
 """The code of a call that found its MCP server's connection closed (or lost before)."""
 
-TOO_LARGE = "MCP_MESSAGE_TOO_LARGE"
+TOO_LARGE = MCP_MESSAGE_TOO_LARGE
 """The code of a call whose answer exceeded ``connect``'s ``max_message_bytes``."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024

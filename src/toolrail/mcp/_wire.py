@@ -17,6 +17,7 @@ from typing import Any
 from mcp import types
 
 from .. import Content, FrozenDict, ImageContent, TextContent, Tool, ToolResult, ToolSchema, thaw
+from .._errors import ToolOutputError
 
 __all__ = [
     "ERROR_META",
@@ -121,7 +122,7 @@ def wire_result(result: ToolResult, tool: Tool | None) -> dict[str, Any]:
             "content": [{"type": "text", "text": f"Error: {UNENCODABLE}"}],
             "isError": True,
             "resultType": "complete",
-            "_meta": {ERROR_META: {"message": UNENCODABLE, "code": "INVALID_TOOL_OUTPUT"}},
+            "_meta": {ERROR_META: {"message": UNENCODABLE, "code": ToolOutputError.code}},
         }
     return wire
 
