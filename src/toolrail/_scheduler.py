@@ -10,6 +10,18 @@ still runs.
 The driver is an async generator of ``Committed`` items: ``run`` drains it, ``stream``
 hands it to the caller. Closing it early cancels the batch, waits for the calls in
 flight, and commits every remaining call without yielding.
+
+**Why the dispatch tasks are owned by hand, not by a ``TaskGroup``.** ``stream`` hands
+the driver to the caller as an async generator, and a task group cannot be held open
+across ``yield``: the caller's code between two items would run inside the group's
+scope, and a cancellation meant for the caller would land in the group (PEP 789). So
+the driver keeps its tasks in ``_Slot.task`` and gives the guarantees a group would:
+every way out (exhausted, closed early, cancelled, a scheduler failure) goes through
+``_wind_down`` or ``_stop_in_flight``, which cancels the batch or the tasks and waits
+for every one of them before the driver returns or raises; a task's exception is
+retrieved there, and the first failure is the one raised. One driver serves a model
+step (a fixed list of calls) and a code-mode program (``open``: calls are submitted
+while it runs, ``submit`` / ``close_feed``).
 """
 
 from __future__ import annotations
