@@ -135,13 +135,14 @@ class ToolRegistry:
         if state.phase == READY:
             lookup(core, state)  # 8: the definition dispatch runs
             if core.chains.quiet or not core.chains.for_call(AROUND, scope):
-                dispatched(state, await core_body(state, state.entry))  # 9: the body
+                # 9, with no around-execute middleware: the body, awaited right here
+                dispatched(state, await core_body(state, state.entry))
             else:
-                await run_dispatch(core, state)  # 8-9: around-execute, then the body
-        result = commit_now(core, state)  # 11-13: materialize, finalize, observers
+                await run_dispatch(core, state)  # 8-9: around-execute around the body
+        result = commit_now(core, state)  # 10-13, when no post-execute middleware waits
         if result is None:
-            await post_execute(core, state)  # 10: post-execute middleware first
-            result = finish(core, state)
+            await post_execute(core, state)  # 10: post-execute middleware
+            result = finish(core, state)  # 11-13: materialize, finalize, observers
         return result
 
     async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
