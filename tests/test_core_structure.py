@@ -73,19 +73,3 @@ def test_the_registry_module_graph_does_not_import_pydantic_or_typed_tools() -> 
     assert {"_core", "_pipeline", "_scheduler", "_body", "_commit"} <= reached
     assert not {"_typed", "_signature", "_docstrings"} & reached
     assert not any(m == "pydantic" or m.startswith("pydantic.") for m in reached)
-
-
-class _Unhashable:
-    __hash__ = None  # type: ignore[assignment]
-
-
-class _RaisingHash:
-    def __hash__(self) -> int:
-        raise RuntimeError("no hash")
-
-
-@pytest.mark.parametrize("scope", [[], {}, _Unhashable(), _RaisingHash()])
-def test_a_call_with_an_unhashable_scope_is_refused_where_it_is_made(scope: object) -> None:
-    with pytest.raises(TypeError) as caught:
-        tr.ToolCall(call_id="c1", name="t", scope=scope)
-    assert str(caught.value) == f"ToolCall.scope must be hashable, got {type(scope).__name__}"

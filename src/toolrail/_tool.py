@@ -88,13 +88,6 @@ class ToolCall:
             raise TypeError(
                 f"ToolCall.signal must be a CancelSignal or None, got {type(self.signal).__name__}"
             )
-        if self.scope is not None:
-            try:
-                hash(self.scope)  # the registry looks the scope up: an unhashable one fails here
-            except Exception:
-                raise TypeError(
-                    f"ToolCall.scope must be hashable, got {type_name(type(self.scope))}"
-                ) from None
 
     @classmethod
     def from_json(cls, call_id: str, name: str, raw: str | None, **fields: Any) -> ToolCall:
