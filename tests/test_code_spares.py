@@ -1,0 +1,198 @@
+"""The sandbox pool's warm spare sessions (code/_runtime.py, ``SandboxPool``).
+
+A spare is warmed after a program, for the next one with the same SDK and settings. It
+must behave as a fresh session (code-mode.md, "Running a program", item 1), never be
+used with a dead worker, never outnumber ``_SPARES``, and be gone after ``aclose()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import pytest
+
+import toolrail as tr
+from helpers import within
+from toolrail.code import CodeSettings
+
+pytest.importorskip("pydantic_monty")
+
+from toolrail.code import _runtime
+
+
+def _registry(**settings: Any) -> tr.ToolRegistry:
+    registry = tr.ToolRegistry(presentation="code", code=CodeSettings(**settings))
+
+    @registry.tool(concurrency_safe=True)
+    async def read_file(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}"
+
+    return registry
+
+
+async def _run(registry: tr.ToolRegistry, code: str, scope: Any = None) -> tr.ToolResult:
+    call = tr.ToolCall(call_id="r", name="run_code", arguments={"code": code}, scope=scope)
+    return await within(registry.execute(call), 30)
+
+
+def _pool(registry: tr.ToolRegistry) -> _runtime.SandboxPool:
+    pool = registry._pool
+    assert pool is not None
+    return pool
+
+
+async def _spare_pids(pool: _runtime.SandboxPool) -> list[int]:
+    await pool.ready()
+    pids = []
+    for task in pool._spares.values():
+        spare = task.result()
+        assert spare is not None, "the spare failed to warm"
+        pids.append(spare.worker_pid)
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A killed worker the pool has not reaped yet is a zombie: gone all the same.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1].startswith("Z")
+
+
+async def _wait_gone(pid: int) -> None:
+    for _ in range(500):
+        if _gone(pid):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"worker {pid} is still running")
+
+
+@pytest.mark.parametrize("type_check", [True, False])
+async def test_a_spare_is_warmed_after_a_program_and_serves_the_next(type_check: bool) -> None:
+    async with _registry(type_check=type_check) as registry:
+        first = await _run(registry, 'await tools.read_file({"path": "a"})')
+        assert first.value == {"logs": "", "result": "contents of a"}
+        pool = _pool(registry)
+        [pid] = await _spare_pids(pool)
+        second = await _run(registry, 'await tools.read_file({"path": "b"})')
+        assert second.value == {"logs": "", "result": "contents of b"}
+        # The second program took that spare; a new one is warmed for the third.
+        [replacement] = await _spare_pids(pool)
+        assert replacement != pid or not _gone(pid)
+
+
+async def test_a_spare_carries_nothing_from_the_program_before() -> None:
+    async with _registry(type_check=False) as registry:
+        assert (await _run(registry, "secret = 41\nsecret + 1")).value == {
+            "logs": "", "result": 42}
+        await _pool(registry).ready()
+        result = await _run(registry, "secret")
+        assert result.is_error
+        assert result.error is not None
+        assert result.error.message.startswith("code run failed (runtime): ")
+        assert "NameError" in result.error.message
+
+
+async def test_a_checked_spare_still_refuses_a_program_that_fails_the_type_check() -> None:
+    async with _registry() as registry:
+        await _run(registry, "1 + 1")
+        await _pool(registry).ready()
+        result = await _run(registry, 'x: int = "a"\nprint("ran")')
+        assert result.is_error
+        assert result.error is not None
+        assert result.error.message.startswith("code run failed (type): ")
+        assert "Captured output" not in result.error.message
+        # The warm-up's own names are no program's: using one is still an error.
+        result = await _run(registry, "__toolrail_value")
+        assert result.is_error
+
+
+async def test_a_spare_whose_worker_died_is_not_used() -> None:
+    async with _registry(type_check=False) as registry:
+        await _run(registry, "1 + 1")
+        [pid] = await _spare_pids(_pool(registry))
+        os.kill(pid, signal.SIGKILL)
+        await _wait_gone(pid)
+        result = await _run(registry, 'await tools.read_file({"path": "a"})')
+        assert result.value == {"logs": "", "result": "contents of a"}
+
+
+async def test_spares_never_outnumber_the_limit_and_the_oldest_gives_way() -> None:
+    async with _registry(type_check=False) as registry:
+        scopes = [registry.scope(f"agent-{n}") for n in range(_runtime._SPARES + 1)]
+        first: Any = None
+        for n, scope in enumerate(scopes):
+            @scope.tool(name=f"own_{n}")
+            def own() -> str:
+                """A tool of this scope only: its SDK differs from the others'."""
+                return "own"
+
+            await _run(registry, "1 + 1", scope=scope.key)
+            pool = _pool(registry)
+            await pool.ready()
+            assert len(pool._spares) == min(n + 1, _runtime._SPARES)
+            if first is None:
+                [task] = pool._spares.values()
+                first = task.result()
+        assert first not in [task.result() for task in pool._spares.values()]
+        for _ in range(500):  # the evicted spare's session is closed: its worker returned
+            if first.worker_pid is None:
+                break
+            await asyncio.sleep(0.01)
+        assert first.worker_pid is None
+
+
+async def test_aclose_stops_every_spare_and_a_closed_pool_warms_none() -> None:
+    registry = _registry()
+    await _run(registry, "1 + 1")
+    pool = _pool(registry)
+    [pid] = await _spare_pids(pool)
+    await registry.aclose()
+    assert pool._spares == {}
+    await _wait_gone(pid)
+
+
+async def test_aclose_while_a_spare_warms_cancels_the_warm_up() -> None:
+    registry = _registry()
+    await _run(registry, "1 + 1")
+    pool = _pool(registry)
+    [warming] = pool._spares.values()
+    await registry.aclose()
+    assert warming.done()
+    assert pool._spares == {}
+
+
+async def test_a_program_cancelled_while_its_spare_warms_leaves_the_spare_for_the_next() -> None:
+    async with _registry() as registry:
+        await _run(registry, "1 + 1")
+        pool = _pool(registry)
+        [warming] = pool._spares.values()
+        if warming.done():
+            pytest.skip("the spare warmed before the program could wait for it")
+        controller = tr.CancelController()
+        call = tr.ToolCall(call_id="r", name="run_code", arguments={"code": "1 + 1"},
+                           signal=controller.signal)
+        taking = asyncio.Event()
+        take = pool._take
+
+        async def taken(key: Any) -> Any:
+            taking.set()  # the spare's task leaves the pool before take's first await
+            return await take(key)
+
+        pool._take = taken  # type: ignore[method-assign]
+        waiting = asyncio.create_task(registry.execute(call))
+        await taking.wait()
+        assert pool._spares == {}
+        assert not warming.done()
+        controller.cancel()
+        result = await within(waiting, 30)
+        assert result.error is not None
+        assert result.error.code == "ABORTED"
+        assert list(pool._spares.values()) == [warming]
+        assert (await _run(registry, "2 + 2")).value == {"logs": "", "result": 4}
