@@ -431,3 +431,14 @@ def deep_list(depth: int) -> list[Any]:
         current.append(child)
         current = child
     return root
+
+
+# ---- shared by the test_registry_* files -----------------------------------------------
+
+
+def names(registry: tr.ToolRegistry, scope: Any = None) -> list[str]:
+    return [schema.name for schema in registry.schemas(scope)]
+
+
+async def execute(registry: tr.ToolRegistry, call: tr.ToolCall) -> tr.ToolResult:
+    return await asyncio.wait_for(registry.execute(call), 5)
