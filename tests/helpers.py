@@ -21,6 +21,10 @@ import toolrail as tr
 
 T = TypeVar("T")
 
+# The messages of the two cancellation outcomes (pipeline.md, "Cancellation").
+ABORTED = "tool call aborted"
+ABORTED_BEFORE = "tool call aborted before dispatch"
+
 CallNext = Callable[[], Awaitable[tr.ToolResult]]
 PreNext = Callable[[], Awaitable[tr.PreDecision]]
 PostNext = Callable[[], Awaitable[tr.PostDecision]]

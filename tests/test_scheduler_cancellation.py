@@ -18,14 +18,12 @@ from typing import Any, Literal
 import pytest
 
 import toolrail as tr
-from helpers import GatedLab, assert_error, one_turn, raw_tool, within
+from helpers import ABORTED, ABORTED_BEFORE, GatedLab, assert_error, one_turn, raw_tool, within
 
 PreNext = Callable[[], Awaitable[tr.PreDecision]]
 PostNext = Callable[[], Awaitable[tr.PostDecision]]
 Body = Callable[[tr.JsonValue, tr.RunContext], Awaitable[Any]]
 
-ABORTED = "tool call aborted"
-ABORTED_BEFORE = "tool call aborted before dispatch"
 NOT_LOSSLESS = "tool call arguments must be losslessly JSON-serializable"
 NAN: dict[str, Any] = {"x": float("nan")}
 
