@@ -7,6 +7,7 @@ for ``mcp_fixtures``). A helper only one file uses stays in that file.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import re
 import subprocess
@@ -446,3 +447,34 @@ def names(registry: tr.ToolRegistry, scope: Any = None) -> list[str]:
 
 async def execute(registry: tr.ToolRegistry, call: tr.ToolCall) -> tr.ToolResult:
     return await asyncio.wait_for(registry.execute(call), 5)
+
+
+# ---- shared by the test_properties_* files ---------------------------------------------
+
+
+def error(message: str, code: str | None = None, kind: str | None = None) -> tr.ToolResult:
+    """An error result as the registry builds it."""
+    return tr.ToolResult(
+        (tr.TextContent("Error: " + message),), True, None, tr.ErrorInfo(message, code, kind)
+    )
+
+
+def success(value: str, *, concludes: bool = False) -> tr.ToolResult:
+    return tr.ToolResult((tr.TextContent(value),), False, value, None, None, (), concludes)
+
+
+def assert_frozen(result: tr.ToolResult) -> None:
+    """A final result: frozen, lossless, consistent."""
+    assert type(result) is tr.ToolResult
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.is_error = not result.is_error  # type: ignore[misc]
+    assert type(result.content) is tuple
+    assert all(type(block) in (tr.TextContent, tr.ImageContent) for block in result.content)
+    assert type(result.contexts) is tuple
+    assert all(type(c) is tr.ContextMessage for c in result.contexts)
+    assert tr.snapshot_json(result.value) is result.value
+    assert tr.snapshot_json(result.meta) is result.meta
+    assert (result.error is not None) is result.is_error
+    if result.is_error:
+        assert result.value is None
+        assert result.concludes_turn is False
