@@ -438,6 +438,38 @@ def deep_list(depth: int) -> list[Any]:
     return root
 
 
+GUARD_HINT = "a guard returns a reason string to deny or None to abstain"
+
+
+class NamedGuard:
+    def __init__(self, verdict: Any) -> None:
+        self.verdict = verdict
+
+    def __repr__(self) -> str:
+        return "NamedGuard()"
+
+    def __call__(self, execution: tr.Execution) -> Any:
+        return self.verdict
+
+
+class Finalizer:
+    """A ``finalize_content`` that records its calls and returns (or raises) ``out``."""
+
+    def __init__(self, out: Any = None) -> None:
+        self.out = out
+        self.calls: list[tuple[tr.Execution, tr.ToolResult]] = []
+
+    def __call__(self, execution: tr.Execution, result: tr.ToolResult) -> Any:
+        self.calls.append((execution, result))
+        if isinstance(self.out, Exception):
+            raise self.out
+        return self.out
+
+
+def asking(reason: str | None = None) -> Callable[[tr.Execution, PreNext], tr.PreDecision]:
+    return lambda execution, call_next: tr.Ask(reason)
+
+
 # ---- shared by the test_registry_* files -----------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """The execute pipeline (spec: pipeline.md, "Execute"): reading the call (stage 1), the
-argument snapshot (stage 2), and what holds for every error result the registry builds.
+argument snapshot (stage 2), the invalid returns of every stage, and what holds for every
+error result the registry builds.
 
 Each later stage has its own file: test_pipeline_pre_execute.py, test_pipeline_approval.py,
 test_pipeline_guards.py, test_pipeline_around.py, test_pipeline_body.py,
@@ -21,10 +22,16 @@ import pytest
 
 import toolrail as tr
 from helpers import (
+    GUARD_HINT,
     AroundNext,
+    BadRepr,
+    Finalizer,
+    NamedGuard,
     PostNext,
     PreNext,
     Recorder,
+    asking,
+    assert_error,
     assert_final_error,
     assign,
     install_every_stage,
@@ -318,6 +325,60 @@ async def test_arguments_are_snapshotted_once_so_later_mutation_does_not_reach_t
 
     assert received == [{"path": "/safe", "items": (1,)}]
     assert type(received[0]) is tr.FrozenDict
+
+
+# ---- every stage: an invalid return whose repr fails is named by its type ----------
+
+
+def returning_bad_repr(stage: str) -> tr.ToolRegistry:
+    """A registry whose ``stage`` returns (or is) a value whose ``repr`` fails."""
+    if stage == "approver":
+        registry = tr.ToolRegistry(approver=lambda request: cast(Any, BadRepr()))
+        registry.register(make_tool())
+        registry.pre_execute(asking())
+        return registry
+    registry = tr.ToolRegistry()
+    if stage == "finalize_content":
+        registry.register(make_tool(finalize_content=Finalizer(BadRepr())))
+        return registry
+    registry.register(make_tool())
+    if stage == "pre-execute":
+        registry.pre_execute(lambda execution, call_next: BadRepr())
+    elif stage == "guard":
+        registry.guard(NamedGuard(BadRepr()))
+    elif stage == "around-execute":
+        registry.around_execute(lambda execution, call_next: BadRepr())
+    else:
+        assert stage == "post-execute"
+        registry.post_execute(lambda execution, result, call_next: BadRepr())
+    return registry
+
+
+@pytest.mark.parametrize(
+    ("stage", "message", "final"),
+    [
+        ("pre-execute", "pre-execute middleware returned <BadRepr object>, not Allow, Deny or Ask",
+         True),
+        ("approver", "approver returned an invalid outcome: <BadRepr object>", True),
+        ("guard", f"guard NamedGuard() returned <BadRepr object>; {GUARD_HINT}", True),
+        ("around-execute",
+         "around-execute middleware returned <BadRepr object>, not a ToolResult", True),
+        ("post-execute",
+         "post-execute middleware returned <BadRepr object>, not Accept or Block", True),
+        ("finalize_content",
+         "finalize_content returned <BadRepr object>, not None or a sequence of Content", False),
+    ],
+    ids=["pre-execute", "approver", "guard", "around-execute", "post-execute", "finalize_content"],
+)
+async def test_an_invalid_return_whose_repr_fails_is_named_by_its_type(
+    stage: str, message: str, final: bool
+) -> None:
+    result = await returning_bad_repr(stage).execute(make_call())
+
+    if final:
+        assert_final_error(result, message)
+    else:
+        assert_error(result, message)
 
 
 # ---- every error result the registry builds -----------------------------------------

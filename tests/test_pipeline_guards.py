@@ -12,7 +12,8 @@ import pytest
 
 import toolrail as tr
 from helpers import (
-    BadRepr,
+    GUARD_HINT,
+    NamedGuard,
     PostNext,
     PreNext,
     Reason,
@@ -26,9 +27,6 @@ from helpers import (
     make_tool,
     recording_body,
 )
-
-GUARD_HINT = "a guard returns a reason string to deny or None to abstain"
-
 
 # ---- stage 5: guards ----------------------------------------------------------------
 
@@ -130,17 +128,6 @@ async def test_a_guard_denial_goes_on_to_post_execute_but_skips_dispatch(
     assert log.events == ["pre", "guard", "post", "observer"]
 
 
-class NamedGuard:
-    def __init__(self, verdict: Any) -> None:
-        self.verdict = verdict
-
-    def __repr__(self) -> str:
-        return "NamedGuard()"
-
-    def __call__(self, execution: tr.Execution) -> Any:
-        return self.verdict
-
-
 class BadReprGuard(NamedGuard):
     def __repr__(self) -> str:
         raise RuntimeError("no repr")
@@ -183,17 +170,6 @@ async def test_an_invalid_guard_return_names_a_guard_whose_repr_fails_by_its_typ
     result = await registry.execute(make_call())
 
     assert_final_error(result, f"guard <BadReprGuard object> returned 5; {GUARD_HINT}")
-
-
-async def test_an_invalid_guard_return_whose_repr_fails_is_named_by_its_type(
-    registry: tr.ToolRegistry,
-) -> None:
-    registry.register(make_tool())
-    registry.guard(NamedGuard(BadRepr()))
-
-    result = await registry.execute(make_call())
-
-    assert_final_error(result, f"guard NamedGuard() returned <BadRepr object>; {GUARD_HINT}")
 
 
 async def test_an_async_guard_is_a_final_error_and_its_coroutine_is_closed(

@@ -15,8 +15,8 @@ import toolrail as tr
 from helpers import (
     IMAGE,
     AroundNext,
-    BadRepr,
     ContentSequence,
+    Finalizer,
     Unprintable,
     assert_error,
     assert_final_error,
@@ -162,20 +162,6 @@ async def test_tool_output_meta_that_is_not_lossless_json_makes_the_result_an_er
 # ---- stage 12: finalize content -----------------------------------------------------
 
 
-class Finalizer:
-    """A ``finalize_content`` that records its calls and returns (or raises) ``out``."""
-
-    def __init__(self, out: Any = None) -> None:
-        self.out = out
-        self.calls: list[tuple[tr.Execution, tr.ToolResult]] = []
-
-    def __call__(self, execution: tr.Execution, result: tr.ToolResult) -> Any:
-        self.calls.append((execution, result))
-        if isinstance(self.out, Exception):
-            raise self.out
-        return self.out
-
-
 async def test_finalize_content_runs_once_on_the_materialized_result_and_none_keeps_it(
     registry: tr.ToolRegistry,
 ) -> None:
@@ -281,17 +267,6 @@ async def test_finalize_content_returning_neither_none_nor_content_makes_the_res
     assert_error(result, f"finalize_content returned {out!r}, not None or a sequence of Content")
     assert len(finalize.calls) == 1
     assert seen == [result]
-
-
-async def test_finalize_content_returning_a_value_whose_repr_fails_is_named_by_its_type(
-    registry: tr.ToolRegistry,
-) -> None:
-    registry.register(make_tool(finalize_content=Finalizer(BadRepr())))
-    result = await registry.execute(make_call())
-
-    assert_error(
-        result, "finalize_content returned <BadRepr object>, not None or a sequence of Content"
-    )
 
 
 async def test_an_async_finalize_content_makes_the_result_an_error_and_is_closed(
