@@ -1,7 +1,10 @@
-"""Test-session options: the ``soak`` marker and ``--soak-full``.
+"""Test-session options (the ``soak`` marker and ``--soak-full``) and shared fixtures.
 
 The soak tests (tests/test_soak.py) run a small version by default; ``--soak-full`` or
 ``TOOLRAIL_SOAK=full`` runs the full one (see docs/guarantees.md).
+
+Fixtures: ``registry`` (a fresh ``ToolRegistry``) and ``log`` (a ``helpers.Recorder``); a
+test file may define its own fixture of the same name, which then wins.
 """
 
 from __future__ import annotations
@@ -9,6 +12,9 @@ from __future__ import annotations
 import gc
 
 import pytest
+
+import toolrail as tr
+from helpers import Recorder
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,3 +37,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # objects of code-mode tests are still waiting to be collected; collect them first
     # (docs/code-mode.md, "Known issues").
     gc.collect()
+
+
+@pytest.fixture
+def registry() -> tr.ToolRegistry:
+    return tr.ToolRegistry()
+
+
+@pytest.fixture
+def log() -> Recorder:
+    return Recorder()

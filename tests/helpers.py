@@ -7,18 +7,24 @@ for ``mcp_fixtures``). A helper only one file uses stays in that file.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import re
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar, overload
 
 import pytest
 
 import toolrail as tr
 
 T = TypeVar("T")
+
+# The messages of the two cancellation outcomes (pipeline.md, "Cancellation").
+ABORTED = "tool call aborted"
+ABORTED_BEFORE = "tool call aborted before dispatch"
 
 CallNext = Callable[[], Awaitable[tr.ToolResult]]
 PreNext = Callable[[], Awaitable[tr.PreDecision]]
@@ -120,12 +126,15 @@ class Changes:
         self.count += 1
 
 
-def assert_error(result: tr.ToolResult, message: str, code: str | None, kind: str | None) -> None:
+def assert_error(
+    result: tr.ToolResult, message: str, code: str | None = None, type_name: str | None = None
+) -> None:
     """An error result exactly as the registry builds it."""
+    assert result.error == tr.ErrorInfo(message, code, type_name)
     assert result.is_error is True
-    assert result.error == tr.ErrorInfo(message, code, kind)
     assert result.content == (tr.TextContent("Error: " + message),)
     assert result.value is None
+    assert result.meta is None
     assert result.concludes_turn is False
 
 
@@ -207,3 +216,297 @@ def waiting_tool(started: asyncio.Event, stopped: asyncio.Event) -> tr.Tool:
         return "never"
 
     return raw_tool("wait", wait, description="")
+
+
+# ---- shared by the test_pipeline_* files -----------------------------------------------
+
+
+AroundNext = Callable[[], Awaitable[tr.ToolResult]]
+
+
+Body = Callable[[tr.JsonValue, tr.RunContext], Any]
+
+
+IMAGE = tr.ImageContent(data="aGVsbG8=", mime_type="image/png")
+
+
+async def ok_body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+    return "ok"
+
+
+def make_tool(name: str = "t", execute: Body = ok_body, **options: Any) -> tr.Tool:
+    return tr.Tool(
+        name=name,
+        description=f"the {name} tool",
+        parameters={"type": "object"},
+        execute=execute,
+        **options,
+    )
+
+
+def make_call(
+    name: str = "t", call_id: str = "c1", arguments: Any = None, **fields: Any
+) -> tr.ToolCall:
+    return tr.ToolCall(
+        call_id=call_id, name=name, arguments={} if arguments is None else arguments, **fields
+    )
+
+
+def assert_final_error(
+    result: tr.ToolResult, message: str, code: str | None = None, type_name: str | None = None
+) -> None:
+    """A final error: the registry's error result, with no contexts kept."""
+    assert_error(result, message, code, type_name)
+    assert result.contexts == ()
+
+
+def raises_attribute_error(action: Callable[[], object]) -> bool:
+    try:
+        action()
+    except AttributeError:
+        return True
+    return False
+
+
+def assign(target: object, attribute: str, value: object) -> None:
+    setattr(target, attribute, value)
+
+
+def context(text: str, source: str = "test", meta: Any = None) -> tr.ContextMessage:
+    return tr.ContextMessage((tr.TextContent(text),), source, meta)
+
+
+class BadRepr:
+    """A value whose ``repr`` fails."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class Unprintable(Exception):
+    """An exception whose ``str`` fails."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class Reason(enum.StrEnum):
+    BUSY = "the tool is busy"
+
+
+class Recorder:
+    """Records the events of one test in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def __call__(self, event: str) -> None:
+        self.events.append(event)
+
+    def then(self, event: str, value: T) -> T:
+        """Record ``event`` and return ``value`` (for one-line middleware)."""
+        self.events.append(event)
+        return value
+
+
+def appended(items: list[Any], item: Any, value: T) -> T:
+    """Append ``item`` to ``items`` and return ``value`` (for one-line middleware)."""
+    items.append(item)
+    return value
+
+
+def install_every_stage(registry: tr.ToolRegistry, log: Recorder) -> None:
+    """Middleware, a guard and an observer that only record that they ran."""
+
+    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
+        log("pre")
+        return await call_next()
+
+    def guard(execution: tr.Execution) -> str | None:
+        log("guard")
+        return None
+
+    async def around(execution: tr.Execution, call_next: AroundNext) -> tr.ToolResult:
+        log("around")
+        return await call_next()
+
+    async def post(execution: tr.Execution, result: tr.ToolResult, call_next: PostNext) -> Any:
+        log("post")
+        return await call_next()
+
+    def observer(execution: tr.Execution, result: tr.ToolResult) -> None:
+        log("observer")
+
+    registry.pre_execute(pre)
+    registry.guard(guard)
+    registry.around_execute(around)
+    registry.post_execute(post)
+    registry.on_result(observer)
+
+
+def deferring(*texts: str) -> Body:
+    """A body that defers a context for each of ``texts``, in order, and returns "ok"."""
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        for text in texts:
+            ctx.defer_context(text)
+        return "ok"
+
+    return body
+
+
+def recording_body(log: Recorder, value: Any = "ok") -> Body:
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> Any:
+        log("body")
+        return value
+
+    return body
+
+
+def nesting(log: Recorder, label: str) -> Callable[..., Awaitable[Any]]:
+    """Middleware for any stage that logs ``label>``, calls ``call_next`` (its last
+    argument) and logs ``label<`` before handing the outcome back."""
+
+    async def middleware(*arguments: Any) -> Any:
+        call_next = arguments[-1]
+        log(label + ">")
+        outcome = await call_next()
+        log(label + "<")
+        return outcome
+
+    return middleware
+
+
+def returning(value: Any) -> Body:
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> Any:
+        return value
+
+    return body
+
+
+class ContentSequence(Sequence[tr.Content]):
+    """A read-only sequence of content blocks that is neither a list nor a tuple."""
+
+    def __init__(self, *blocks: tr.Content) -> None:
+        self._blocks = blocks
+
+    @overload
+    def __getitem__(self, index: int) -> tr.Content: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tr.Content]: ...
+    def __getitem__(self, index: int | slice) -> tr.Content | Sequence[tr.Content]:
+        return self._blocks[index]
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __iter__(self) -> Iterator[tr.Content]:
+        return iter(self._blocks)
+
+
+def raising_tool(exc: BaseException, kind: str) -> tr.Tool:
+    if kind == "async":
+
+        async def async_body(arguments: tr.JsonValue, ctx: tr.RunContext) -> None:
+            raise exc
+
+        return make_tool(execute=async_body)
+
+    def sync_body(arguments: tr.JsonValue, ctx: tr.RunContext) -> None:
+        raise exc
+
+    return make_tool(execute=sync_body, inline=kind == "inline")
+
+
+NUMBER_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "minProperties": 1,
+}
+
+
+UNRENDERABLE = 'tool "t" returned invalid output: value cannot be rendered as text: '
+
+
+def deep_list(depth: int) -> list[Any]:
+    root: list[Any] = []
+    current = root
+    for _ in range(depth):
+        child: list[Any] = []
+        current.append(child)
+        current = child
+    return root
+
+
+GUARD_HINT = "a guard returns a reason string to deny or None to abstain"
+
+
+class NamedGuard:
+    def __init__(self, verdict: Any) -> None:
+        self.verdict = verdict
+
+    def __repr__(self) -> str:
+        return "NamedGuard()"
+
+    def __call__(self, execution: tr.Execution) -> Any:
+        return self.verdict
+
+
+class Finalizer:
+    """A ``finalize_content`` that records its calls and returns (or raises) ``out``."""
+
+    def __init__(self, out: Any = None) -> None:
+        self.out = out
+        self.calls: list[tuple[tr.Execution, tr.ToolResult]] = []
+
+    def __call__(self, execution: tr.Execution, result: tr.ToolResult) -> Any:
+        self.calls.append((execution, result))
+        if isinstance(self.out, Exception):
+            raise self.out
+        return self.out
+
+
+def asking(reason: str | None = None) -> Callable[[tr.Execution, PreNext], tr.PreDecision]:
+    return lambda execution, call_next: tr.Ask(reason)
+
+
+# ---- shared by the test_registry_* files -----------------------------------------------
+
+
+def names(registry: tr.ToolRegistry, scope: Any = None) -> list[str]:
+    return [schema.name for schema in registry.schemas(scope)]
+
+
+async def execute(registry: tr.ToolRegistry, call: tr.ToolCall) -> tr.ToolResult:
+    return await asyncio.wait_for(registry.execute(call), 5)
+
+
+# ---- shared by the test_properties_* files ---------------------------------------------
+
+
+def error(message: str, code: str | None = None, kind: str | None = None) -> tr.ToolResult:
+    """An error result as the registry builds it."""
+    return tr.ToolResult(
+        (tr.TextContent("Error: " + message),), True, None, tr.ErrorInfo(message, code, kind)
+    )
+
+
+def success(value: str, *, concludes: bool = False) -> tr.ToolResult:
+    return tr.ToolResult((tr.TextContent(value),), False, value, None, None, (), concludes)
+
+
+def assert_frozen(result: tr.ToolResult) -> None:
+    """A final result: frozen, lossless, consistent."""
+    assert type(result) is tr.ToolResult
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.is_error = not result.is_error  # type: ignore[misc]
+    assert type(result.content) is tuple
+    assert all(type(block) in (tr.TextContent, tr.ImageContent) for block in result.content)
+    assert type(result.contexts) is tuple
+    assert all(type(c) is tr.ContextMessage for c in result.contexts)
+    assert tr.snapshot_json(result.value) is result.value
+    assert tr.snapshot_json(result.meta) is result.meta
+    assert (result.error is not None) is result.is_error
+    if result.is_error:
+        assert result.value is None
+        assert result.concludes_turn is False

@@ -1,16 +1,11 @@
-"""Properties of ``execute``, ``run`` and ``snapshot_json`` over generated inputs.
+"""Properties of ``execute`` over generated middleware stacks (spec: pipeline.md).
 
-* ``execute``: whatever generated pre-/around-/post-execute middleware, guards,
-  approvers and bodies return, raise or how often they call ``call_next()``, a
-  reference model of pipeline.md predicts the one frozen result and how often every
-  middleware, guard, approver and body ran; each matching observer sees that very
-  result exactly once; no call that a guard denies reaches its body.
-* ``run``: a reference model of scheduler.md's pool predicts which bodies are running
-  at every step of a generated batch (parallel and exclusive tools, denials, failures,
-  ``max_parallel``, a batch cancellation); the test releases the running bodies' gates
-  in a generated order (``asyncio.Event`` gates, never sleeps) and checks results,
-  commit order, one-at-a-time ordered stages and the pool bound.
-* ``snapshot_json``: JSON values round-trip; everything else is a ``ValueError``.
+Whatever generated pre-/around-/post-execute middleware, guards, approvers and bodies
+return, raise or how often they call ``call_next()``, a reference model of pipeline.md
+predicts the one frozen result and how often every middleware, guard, approver and body
+ran; each matching observer sees that very result exactly once; no call that a guard
+denies reaches its body. ``run``: test_properties_run.py; ``snapshot_json``:
+test_properties_json.py.
 
 Each async scenario runs in its own ``asyncio.run`` so that every example gets a fresh
 loop; every wait is bounded.
@@ -20,41 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
-import decimal
-import enum
-import json
 import logging
-import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import toolrail as tr
-from helpers import PostNext, one_turn, raw_tool, within
+from helpers import assert_frozen, error, one_turn, raw_tool, success, within
 
 NAME = "t"
+
+
 NOT_LOSSLESS = "tool call arguments must be losslessly JSON-serializable"
-ABORTED = "tool call aborted"
-ABORTED_BEFORE = "tool call aborted before dispatch"
+
 
 PROPERTY = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def error(message: str, code: str | None = None, kind: str | None = None) -> tr.ToolResult:
-    """An error result as the registry builds it."""
-    return tr.ToolResult(
-        (tr.TextContent("Error: " + message),), True, None, tr.ErrorInfo(message, code, kind)
-    )
-
-
-def success(value: str, *, concludes: bool = False) -> tr.ToolResult:
-    return tr.ToolResult((tr.TextContent(value),), False, value, None, None, (), concludes)
 
 
 def quiet_logger(records: list[logging.LogRecord]) -> logging.Logger:
@@ -71,35 +50,35 @@ def quiet_logger(records: list[logging.LogRecord]) -> logging.Logger:
     return logger
 
 
-def assert_frozen(result: tr.ToolResult) -> None:
-    """A final result: frozen, lossless, consistent."""
-    assert type(result) is tr.ToolResult
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        result.is_error = not result.is_error  # type: ignore[misc]
-    assert type(result.content) is tuple
-    assert all(type(block) in (tr.TextContent, tr.ImageContent) for block in result.content)
-    assert type(result.contexts) is tuple
-    assert all(type(c) is tr.ContextMessage for c in result.contexts)
-    assert tr.snapshot_json(result.value) is result.value
-    assert tr.snapshot_json(result.meta) is result.meta
-    assert (result.error is not None) is result.is_error
-    if result.is_error:
-        assert result.value is None
-        assert result.concludes_turn is False
-
-
 # ---- execute: generated middleware stacks ------------------------------------------
 
 PRE_KINDS = ("delegate", "allow", "deny", "ask", "ask_reason", "garbage", "raise")
+
+
 AROUND_KINDS = ("delegate", "fresh", "fresh_error", "garbage", "raise")
+
+
 POST_KINDS = ("delegate", "accept", "content", "value", "block", "both", "garbage", "raise")
+
+
 GUARD_KINDS = ("abstain", "deny", "garbage", "raise")
+
+
 APPROVER_KINDS = ("none", "allowed-once", "rejected", "cancelled", "unavailable", "bogus", "raise")
+
+
 BODY_KINDS = ("ok", "fail", "invalid", "self_cancel")
+
+
 OBSERVER_KINDS = ("plain", "raise", "coroutine", "other_scope", "all_scopes")
 
+
 PRE_GARBAGE: tuple[object, ...] = (None, 42, "allow", tr.Accept(), tr.Deny(cast(str, 7)))
+
+
 AROUND_GARBAGE: tuple[object, ...] = (None, 42, "result", tr.Allow())
+
+
 POST_GARBAGE: tuple[object, ...] = (None, 42, tr.Allow(), tr.Accept(content=cast(str, 5)))
 
 
@@ -689,433 +668,3 @@ def test_no_ordering_of_pre_execute_guards_and_approval_lets_a_denied_call_reach
         assert all(result.is_error for result in results)
 
     asyncio.run(scenario())
-
-
-# ---- run: a reference model of the pool --------------------------------------------
-
-CALL_KINDS = ("ok", "fail", "pre_deny", "guard_deny")
-
-
-@dataclass(frozen=True)
-class Plan:
-    kinds: tuple[str, ...]
-    parallel: tuple[bool, ...]
-    max_parallel: int
-    priority: tuple[int, ...]  # the order in which running bodies are released
-    cancel_at: int | None  # fire the batch signal after this many releases
-
-
-@st.composite
-def plans(draw: st.DrawFn) -> Plan:
-    n = draw(st.integers(1, 8))
-    # Mostly parallel calls that reach their bodies, so that the pool fills up.
-    kinds = draw(st.lists(st.sampled_from(CALL_KINDS[:1] * 3 + CALL_KINDS), min_size=n, max_size=n))
-    parallel = draw(st.lists(st.sampled_from((True, True, True, False)), min_size=n, max_size=n))
-    priority = draw(st.permutations(range(n)))
-    cancel_at = draw(st.none() | st.integers(0, n))
-    return Plan(tuple(kinds), tuple(parallel), draw(st.integers(1, 4)), tuple(priority), cancel_at)
-
-
-class Pool:
-    """scheduler.md's groups and pool, as a state machine the test advances."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.n = len(plan.kinds)
-        self.started = 0
-        self.cursor = 0
-        self.parallel = False
-        self.dispatching: set[int] = set()
-        self.released: set[int] = set()
-        self.settled: dict[int, tr.ToolResult] = {}
-        self.prepared = 0  # calls whose prepare ran (started before the cancellation)
-        self.results: list[tr.ToolResult] = []
-        self.cancelled = False
-
-    def advance(self) -> None:
-        """Commit and start until only a release (or the cancellation) can move it on."""
-        while self.cursor < self.n:
-            if self.cursor in self.settled:
-                result = self.settled.pop(self.cursor)
-                if self.cancelled and not result.is_error:
-                    result = error(ABORTED, "ABORTED", "ToolAbortedError")
-                self.results.append(result)
-                self.cursor += 1
-            elif self.started < self.n and self.may_start():
-                self.start(self.started)
-            else:
-                return
-
-    def may_start(self) -> bool:
-        index = self.started
-        if self.cancelled:
-            return True
-        if index == self.cursor:
-            self.parallel = self.plan.parallel[index]
-            return True
-        if not self.parallel or len(self.dispatching) >= self.plan.max_parallel:
-            return False
-        if self.plan.parallel[index]:
-            return True
-        self.parallel = False
-        return False
-
-    def start(self, index: int) -> None:
-        self.started = index + 1
-        kind = self.plan.kinds[index]
-        if self.cancelled:
-            self.settled[index] = error(
-                ABORTED_BEFORE, "ABORTED_BEFORE_DISPATCH", "ToolAbortedError"
-            )
-            return
-        self.prepared = index + 1
-        if kind == "pre_deny":
-            self.settled[index] = error(f"pre denies c{index}", "DENIED")
-        elif kind == "guard_deny":
-            self.settled[index] = error(f"guard denies c{index}", "DENIED")
-        else:
-            self.dispatching.add(index)
-
-    def release(self, index: int) -> None:
-        self.dispatching.remove(index)
-        self.released.add(index)
-        if self.plan.kinds[index] == "ok":
-            self.settled[index] = success(f"ok{index}")
-        else:
-            self.settled[index] = error(f"c{index} failed", "BODY", "ToolError")
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        for index in self.dispatching:
-            self.settled[index] = error(ABORTED, "ABORTED", "ToolAbortedError")
-        self.dispatching.clear()
-
-
-class Lab:
-    """The real batch: gated bodies and middleware that log what happens, in order."""
-
-    def __init__(self, plan: Plan) -> None:
-        n = len(plan.kinds)
-        self.plan = plan
-        self.log: list[str] = []
-        self.started = [asyncio.Event() for _ in range(n)]
-        self.gates = [asyncio.Event() for _ in range(n)]
-        self.finished = [asyncio.Event() for _ in range(n)]
-        self.prepared = [asyncio.Event() for _ in range(n)]
-        self.committed = [asyncio.Event() for _ in range(n)]
-        self.notified: Counter[str] = Counter()
-        self.running = 0
-        self.peak = 0
-        self.registry = registry = tr.ToolRegistry()
-        for name, safe in (("par", True), ("exc", False)):
-            registry.register(raw_tool(name, self.body, concurrency_safe=safe))
-        registry.pre_execute(self.pre)
-        registry.guard(self.guard)
-        registry.post_execute(self.post)
-        registry.on_result(self.observe)
-
-    @staticmethod
-    def index(execution: tr.Execution) -> int:
-        return int(execution.call_id[1:])
-
-    async def body(self, arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        i = self.index(ctx)
-        self.log.append(f"body c{i}")
-        self.running += 1
-        self.peak = max(self.peak, self.running)
-        self.started[i].set()
-        try:
-            await self.gates[i].wait()
-        finally:
-            self.running -= 1
-            self.finished[i].set()
-        if self.plan.kinds[i] == "fail":
-            raise tr.ToolError(f"c{i} failed", code="BODY")
-        return f"ok{i}"
-
-    async def pre(self, execution: tr.Execution, call_next: Callable[[], Awaitable[Any]]) -> Any:
-        i = self.index(execution)
-        self.log.append(f"pre-start c{i}")
-        await one_turn()
-        self.log.append(f"pre-end c{i}")
-        self.prepared[i].set()
-        if self.plan.kinds[i] == "pre_deny":
-            return tr.Deny(f"pre denies c{i}")
-        return await call_next()
-
-    def guard(self, execution: tr.Execution) -> str | None:
-        i = self.index(execution)
-        return f"guard denies c{i}" if self.plan.kinds[i] == "guard_deny" else None
-
-    async def post(
-        self, execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
-    ) -> Any:
-        i = self.index(execution)
-        self.log.append(f"post-start c{i}")
-        await one_turn()
-        self.log.append(f"post-end c{i}")
-        return await call_next()
-
-    def observe(self, execution: tr.Execution, result: tr.ToolResult) -> None:
-        i = self.index(execution)
-        self.log.append(f"commit c{i}")
-        self.notified[execution.call_id] += 1
-        self.committed[i].set()
-
-    async def reach(self, pool: Pool) -> None:
-        """Wait until the real batch has done everything the model says it can do."""
-        for i in range(pool.prepared):
-            if self.plan.kinds[i] in ("pre_deny", "guard_deny"):
-                await within(self.prepared[i].wait())
-            else:
-                await within(self.started[i].wait())
-                if i in pool.released:
-                    await within(self.finished[i].wait())
-        for i in range(pool.cursor):
-            await within(self.committed[i].wait())
-
-
-def stage_events(log: list[str], stage: str, ids: list[int]) -> None:
-    """The stage ran one call at a time (start, end, start, end...), in model order."""
-    events = [e for e in log if e.startswith(stage + "-")]
-    assert events == [f"{stage}-{edge} c{i}" for i in ids for edge in ("start", "end")]
-
-
-async def run_plan(plan: Plan) -> None:
-    n = len(plan.kinds)
-    lab = Lab(plan)
-    calls = [
-        tr.ToolCall(call_id=f"c{i}", name="par" if plan.parallel[i] else "exc") for i in range(n)
-    ]
-    controller = tr.CancelController()
-    before = asyncio.all_tasks()
-    task = asyncio.ensure_future(
-        lab.registry.run(calls, max_parallel=plan.max_parallel, signal=controller.signal)
-    )
-    pool = Pool(plan)
-    releases = 0
-    while True:
-        pool.advance()
-        await lab.reach(pool)
-        if plan.cancel_at == releases and not pool.cancelled and pool.cursor < n:
-            controller.cancel()
-            pool.cancel()
-            continue
-        if not pool.dispatching:
-            break
-        index = min(pool.dispatching, key=plan.priority.index)
-        lab.gates[index].set()
-        pool.release(index)
-        releases += 1
-    batch = await within(task)
-    assert asyncio.all_tasks() - {asyncio.current_task()} <= before
-
-    assert list(batch.results) == pool.results
-    assert batch.cancelled is pool.cancelled
-    assert batch.contexts == ()
-    for result in batch.results:
-        assert_frozen(result)
-    assert lab.notified == Counter(f"c{i}" for i in range(n))
-    assert [e for e in lab.log if e.startswith("commit")] == [f"commit c{i}" for i in range(n)]
-    assert lab.peak <= plan.max_parallel
-    stage_events(lab.log, "pre", list(range(pool.prepared)))
-    aborted_before = [
-        r.error is not None and r.error.code == "ABORTED_BEFORE_DISPATCH" for r in batch.results
-    ]
-    stage_events(lab.log, "post", [i for i in range(n) if not aborted_before[i]])
-    for i in range(pool.prepared):
-        if plan.parallel[i]:
-            continue
-        # An exclusive call is a group of one: everything before it has committed before
-        # it starts, and nothing after it starts before it commits.
-        first = lab.log.index(f"pre-start c{i}")
-        last = lab.log.index(f"commit c{i}")
-        assert all(
-            not e.endswith(f" c{j}") for e in lab.log[first : last + 1] for j in range(n) if j != i
-        )
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plans())
-def test_run_matches_the_pool_model_for_any_mix_and_settlement_order(plan: Plan) -> None:
-    asyncio.run(run_plan(plan))
-
-
-# ---- snapshot_json -----------------------------------------------------------------
-
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text()
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=25,
-)
-
-
-class Color(enum.StrEnum):
-    RED = "red"
-
-
-class Level(enum.IntEnum):
-    HIGH = 3
-
-
-class Ratio(float):
-    pass
-
-
-# JSON in other Python clothes: tuples, subclasses of str/int/float, other Mappings.
-json_like = st.recursive(
-    json_scalars
-    | st.just(Color.RED)
-    | st.just(Level.HIGH)
-    | st.floats(allow_nan=False, allow_infinity=False).map(Ratio),
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.lists(inner, max_size=4).map(tuple)
-        | st.dictionaries(st.text() | st.just(Color.RED), inner, max_size=4)
-        | st.dictionaries(st.text(), inner, max_size=3).map(
-            lambda d: cast(Mapping[str, Any], _ReadOnly(d))
-        )
-    ),
-    max_leaves=25,
-)
-
-
-class _ReadOnly(Mapping[str, Any]):
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Any:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-def assert_deep_frozen(value: Any) -> None:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if type(item) is tr.FrozenDict:
-            assert all(type(k) is str for k in item)
-            stack.extend(item.values())
-        elif type(item) is tuple:
-            stack.extend(item)
-        else:
-            assert item is None or type(item) in (bool, int, float, str)
-            assert type(item) is not float or math.isfinite(item)
-
-
-@settings(max_examples=300, deadline=None)
-@given(json_values)
-def test_snapshot_json_round_trips_every_json_value(value: Any) -> None:
-    frozen = tr.snapshot_json(value)
-    assert json.loads(json.dumps(frozen)) == value
-    assert tr.thaw(frozen) == value
-    assert tr.snapshot_json(frozen) is frozen
-    assert_deep_frozen(frozen)
-
-
-@settings(max_examples=200, deadline=None)
-@given(json_like)
-def test_snapshot_json_accepts_json_in_other_python_clothes_as_its_plain_form(value: Any) -> None:
-    frozen = tr.snapshot_json(value)
-    assert_deep_frozen(frozen)
-    plain = json.loads(json.dumps(value, default=dict))
-    assert json.loads(json.dumps(frozen)) == plain
-
-
-class Opaque:
-    """An object whose every protocol raises."""
-
-    def _boom(self, *args: object) -> Any:
-        raise RuntimeError("opaque")
-
-    __eq__ = __hash__ = __str__ = __repr__ = __iter__ = __len__ = _boom
-
-
-class Unreadable(dict[str, Any]):
-    def _boom(self, *args: object) -> Any:
-        raise RuntimeError("unreadable")
-
-    items = keys = values = __iter__ = __len__ = _boom
-
-
-def cyclic() -> list[Any]:
-    loop: list[Any] = []
-    loop.append(loop)
-    return loop
-
-
-non_json_leaves = st.one_of(
-    st.sets(st.integers(), max_size=3),
-    st.frozensets(st.integers(), max_size=3),
-    st.binary(max_size=4),
-    st.binary(max_size=4).map(bytearray),
-    st.sampled_from([math.nan, math.inf, -math.inf]),
-    st.dictionaries(
-        st.integers()
-        | st.none()
-        | st.booleans()
-        | st.tuples(st.integers())
-        | st.floats(allow_nan=False),
-        json_scalars,
-        min_size=1,
-        max_size=3,
-    ),
-    st.sampled_from(
-        [
-            decimal.Decimal("1.5"),
-            datetime.datetime(2020, 1, 1),
-            object(),
-            len,
-            Ratio("nan"),
-            complex(1, 2),
-        ]
-    ),
-    st.builds(Opaque),
-    st.builds(Unreadable, st.just({"a": 1})),
-    st.builds(cyclic),
-    st.tuples(st.sets(st.integers(), min_size=1, max_size=2)),
-)
-
-
-def _insert(parts: tuple[list[Any], Any, int]) -> list[Any]:
-    items, bad, at = parts
-    items.insert(min(at, len(items)), bad)
-    return items
-
-
-def _put(parts: tuple[dict[str, Any], str, Any]) -> dict[str, Any]:
-    items, key, bad = parts
-    items[key] = bad
-    return items
-
-
-non_json = st.recursive(
-    non_json_leaves,
-    lambda inner: st.one_of(
-        st.tuples(st.lists(json_values, max_size=3), inner, st.integers(0, 3)).map(_insert),
-        st.tuples(st.lists(json_values, max_size=3), inner).map(
-            lambda parts: (*parts[0], parts[1])
-        ),
-        st.tuples(st.dictionaries(st.text(), json_values, max_size=3), st.text(), inner).map(_put),
-    ),
-    max_leaves=6,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(non_json)
-def test_snapshot_json_rejects_everything_else_with_value_error_only(value: Any) -> None:
-    with pytest.raises(ValueError, match=r"^value is not lossless JSON: \$"):
-        tr.snapshot_json(value)

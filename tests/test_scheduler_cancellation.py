@@ -1,9 +1,11 @@
-"""Cancelling a batch, leaving a stream early, and failures of the scheduler itself.
+"""Cancelling a batch and leaving a stream early (scheduler.md "Cancellation" and
+"Ownership", with pipeline.md "Cancellation" for what a dispatching call sees).
 
-Mirrors scheduler.md "Cancellation", "Failures of the scheduler itself" and
-"Ownership", with pipeline.md "Cancellation" for what a dispatching call sees. Bodies
-record their start and end and wait on per-call gates; every wait is bounded by
-``asyncio.wait_for(..., 5)``; nothing synchronizes with sleeps.
+Calls cancelled before they started (``ABORTED_BEFORE_DISPATCH``):
+test_aborted_before_dispatch.py; failures of the scheduler itself:
+test_scheduler_failures.py. Bodies record their start and end and wait on per-call
+gates; every wait is bounded by ``asyncio.wait_for(..., 5)``; nothing synchronizes with
+sleeps.
 """
 
 from __future__ import annotations
@@ -12,173 +14,24 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
 import toolrail as tr
-from helpers import GatedLab, assert_error, one_turn, raw_tool, within
-
-PreNext = Callable[[], Awaitable[tr.PreDecision]]
-PostNext = Callable[[], Awaitable[tr.PostDecision]]
-Body = Callable[[tr.JsonValue, tr.RunContext], Awaitable[Any]]
-
-ABORTED = "tool call aborted"
-ABORTED_BEFORE = "tool call aborted before dispatch"
-NOT_LOSSLESS = "tool call arguments must be losslessly JSON-serializable"
-NAN: dict[str, Any] = {"x": float("nan")}
-
-
-class Boom(BaseException):
-    """A failure that is not a tool outcome: the pipeline lets it through."""
-
-
-def call(index: int, name: str = "work", **fields: Any) -> tr.ToolCall:
-    fields.setdefault("arguments", {})
-    return tr.ToolCall(call_id=f"c{index}", name=name, **fields)
-
-
-def assert_aborted(result: tr.ToolResult) -> None:
-    assert_error(result, ABORTED, "ABORTED", "ToolAbortedError")
-
-
-def assert_aborted_before_dispatch(result: tr.ToolResult) -> None:
-    assert_error(result, ABORTED_BEFORE, "ABORTED_BEFORE_DISPATCH", "ToolAbortedError")
+from helpers import PostNext, PreNext, assert_error, one_turn, raw_tool, within
+from scheduler_cancellation_helpers import (
+    NAN,
+    NOT_LOSSLESS,
+    Lab,
+    assert_aborted,
+    assert_aborted_before_dispatch,
+    call,
+)
 
 
 def texts(contexts: tuple[tr.ContextMessage, ...]) -> list[str]:
     return [b.text for m in contexts for b in m.content if isinstance(b, tr.TextContent)]
-
-
-class Lab(GatedLab):
-    """A registry with gated tools that record what they lived through.
-
-    ``"work"``: an ``"interrupt"`` body that waits on its gate; ``"polite"``: a
-    ``"cooperative"`` body that waits until its gate opens or its signal fires, then
-    returns a success; ``"solo"``: like ``"work"`` but exclusive. Each body defers a
-    context ``"from <id>"`` as it starts.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.signal_at_end: dict[str, bool] = {}
-        self.stages: list[str] = []
-        self.add("work")
-        self.add("polite", cancellation="cooperative")
-        self.add("solo", safe=False)
-        self.registry.pre_execute(self._pre)
-        self.registry.guard(self._guard)
-        self.registry.around_execute(self._around)
-        self.registry.post_execute(self._post)
-
-    def _pre(self, execution: tr.Execution, call_next: PreNext) -> Awaitable[tr.PreDecision]:
-        self.stages.append(f"pre {execution.call_id}")
-        return call_next()
-
-    def _guard(self, execution: tr.Execution) -> None:
-        self.stages.append(f"guard {execution.call_id}")
-
-    async def _around(
-        self, execution: tr.Execution, call_next: Callable[[], Awaitable[tr.ToolResult]]
-    ) -> tr.ToolResult:
-        self.stages.append(f"around {execution.call_id}")
-        return await call_next()
-
-    async def _post(
-        self, execution: tr.Execution, result: tr.ToolResult, call_next: PostNext
-    ) -> tr.PostDecision:
-        self.stages.append(f"post {execution.call_id}")
-        return await call_next()
-
-    def body(self, cooperative: bool) -> Body:
-        async def execute(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-            cid = ctx.call_id
-            self.log.append(f"start {cid}")
-            self.started[cid].set()
-            ctx.defer_context(f"from {cid}")
-            try:
-                if cooperative:
-                    with ctx.signal.add_callback(self.gates[cid].set):
-                        await within(self.gates[cid].wait())
-                else:
-                    await within(self.gates[cid].wait())
-                return cid
-            except asyncio.CancelledError:
-                self.log.append(f"interrupted {cid}")
-                raise
-            finally:
-                self.signal_at_end[cid] = ctx.signal.cancelled
-                self.log.append(f"end {cid}")
-                self.finished[cid].set()
-
-        return execute
-
-    def add(
-        self,
-        name: str,
-        *,
-        safe: bool = True,
-        cancellation: Literal["interrupt", "cooperative"] = "interrupt",
-    ) -> None:
-        self.registry.register(
-            raw_tool(
-                name,
-                self.body(cancellation == "cooperative"),
-                concurrency_safe=safe,
-                cancellation=cancellation,
-            )
-        )
-
-
-# ---- the batch signal already cancelled --------------------------------------------------
-
-
-async def test_an_already_cancelled_batch_runs_nothing_and_aborts_every_call_before_dispatch() -> (
-    None
-):
-    lab = Lab()
-    controller = tr.CancelController()
-    controller.cancel("stop")
-    calls = [
-        call(0),
-        call(1, "solo"),
-        call(2, arguments=NAN),
-        call(3, "missing"),
-        call(4, "polite"),
-        call(5, "solo", arguments=NAN),
-    ]
-
-    batch = await within(lab.registry.run(calls, signal=controller.signal))
-
-    assert lab.log == ["commit c0", "commit c1", "commit c2", "commit c3", "commit c4", "commit c5"]
-    assert lab.stages == []  # no middleware, guard or body ran
-    for i in (0, 1, 3, 4):
-        assert_aborted_before_dispatch(batch.results[i])
-    assert_error(batch.results[2], NOT_LOSSLESS, None, None)
-    assert_error(batch.results[5], NOT_LOSSLESS, None, None)
-    assert [seen for _, seen in lab.notified] == list(batch.results)
-    assert batch.cancelled is True
-    assert batch.contexts == ()
-    assert batch.concludes_turn is False
-
-
-async def test_a_stream_of_an_already_cancelled_batch_yields_calls_not_started() -> None:
-    lab = Lab()
-    controller = tr.CancelController()
-    controller.cancel()
-    calls = [call(0), call(1, arguments=NAN), call(2, "solo")]
-
-    stream = lab.registry.stream(calls, signal=controller.signal)
-    async with contextlib.aclosing(stream):
-        items = [item async for item in stream]
-
-    assert [(item.index, item.started) for item in items] == [(0, False), (1, True), (2, False)]
-    assert [item.call for item in items] == calls
-    assert_aborted_before_dispatch(items[0].result)
-    assert_error(items[1].result, NOT_LOSSLESS, None, None)
-    assert lab.stages == []
-    assert lab.commits() == ["c0", "c1", "c2"]
 
 
 # ---- the batch signal fires mid-batch ---------------------------------------------------
@@ -323,84 +176,6 @@ async def test_cancelling_one_calls_own_signal_aborts_only_that_call() -> None:
     assert batch_signal.signal.cancelled is False
 
 
-async def test_a_call_whose_own_signal_already_fired_is_the_only_one_aborted_before_dispatch() -> (
-    None
-):
-    lab = Lab()
-    lab.release("c0", "c2")
-    own = tr.CancelController()
-    own.cancel()
-    calls = [call(0), call(1, signal=own.signal), call(2)]
-
-    async with contextlib.aclosing(lab.registry.stream(calls)) as stream:
-        items = [item async for item in stream]
-
-    assert [item.started for item in items] == [True, False, True]
-    assert_aborted_before_dispatch(items[1].result)
-    assert [items[0].result.value, items[2].result.value] == ["c0", "c2"]
-    assert sorted(lab.starts()) == ["c0", "c2"]
-
-
-# ---- cancellation while a call is being prepared ------------------------------------------
-
-
-async def test_a_pre_execute_that_cancels_the_batch_and_allows_aborts_its_call_before_dispatch() -> (  # noqa: E501
-    None
-):
-    lab = Lab()
-    controller = tr.CancelController()
-
-    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-        if execution.call_id == "c1":
-            await lab.wait_started("c0")
-            controller.cancel()
-            return tr.Allow()
-        return await call_next()
-
-    lab.registry.pre_execute(pre)
-    calls = [call(0), call(1), call(2)]
-
-    stream = lab.registry.stream(calls, signal=controller.signal)
-    async with contextlib.aclosing(stream):
-        items = [item async for item in stream]
-
-    assert [item.started for item in items] == [True, False, False]
-    assert_aborted(items[0].result)
-    assert_aborted_before_dispatch(items[1].result)
-    assert_aborted_before_dispatch(items[2].result)
-    assert sorted(lab.starts()) == ["c0"]
-    assert "pre c2" not in lab.stages  # no further call starts
-    assert "around c1" not in lab.stages  # its own dispatch is skipped
-    assert "post c1" not in lab.stages  # ABORTED_BEFORE_DISPATCH skips post-execute
-    assert lab.commits() == ["c0", "c1", "c2"]
-
-
-async def test_a_pre_execute_that_cancels_the_batch_and_denies_keeps_its_denial() -> None:
-    lab = Lab()
-    controller = tr.CancelController()
-
-    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-        if execution.call_id == "c1":
-            await lab.wait_started("c0")
-            controller.cancel()
-            return tr.Deny("not now")
-        return await call_next()
-
-    lab.registry.pre_execute(pre)
-    calls = [call(0), call(1), call(2)]
-
-    stream = lab.registry.stream(calls, signal=controller.signal)
-    async with contextlib.aclosing(stream):
-        items = [item async for item in stream]
-
-    assert [item.started for item in items] == [True, True, False]
-    assert_aborted(items[0].result)
-    assert_error(items[1].result, "not now", "DENIED", None)
-    assert "post c1" in lab.stages  # a denial goes on to post-execute
-    assert_aborted_before_dispatch(items[2].result)
-    assert sorted(lab.starts()) == ["c0"]
-
-
 # ---- asyncio cancellation of the task running run ---------------------------------------
 
 
@@ -537,24 +312,6 @@ async def test_leaving_an_aclosing_block_early_acts_like_a_batch_cancellation() 
         await within(stream.__anext__())
 
 
-async def test_aclose_while_every_started_call_has_committed_aborts_the_rest_before_dispatch() -> (
-    None
-):
-    lab = Lab()
-    lab.release("c0")
-    calls = [call(0, "solo"), call(1, "solo"), call(2)]
-    stream = lab.registry.stream(calls)
-
-    first = await within(stream.__anext__())
-    await within(stream.aclose())
-
-    assert first.result.value == "c0"
-    assert sorted(lab.starts()) == ["c0"]
-    assert lab.commits() == ["c0", "c1", "c2"]
-    assert_aborted_before_dispatch(lab.notified[1][1])
-    assert_aborted_before_dispatch(lab.notified[2][1])
-
-
 async def test_a_stream_closed_before_its_first_anext_runs_and_notifies_nothing() -> None:
     lab = Lab()
     lab.release("c0", "c1")
@@ -567,220 +324,6 @@ async def test_a_stream_closed_before_its_first_anext_runs_and_notifies_nothing(
     with pytest.raises(StopAsyncIteration):
         await within(stream.__anext__())
     assert lab.log == []
-
-
-# ---- failures of the scheduler itself ------------------------------------------------------
-
-
-def boom_on(call_id: str) -> Callable[[tr.Execution, tr.ToolResult], None]:
-    def observer(execution: tr.Execution, result: tr.ToolResult) -> None:
-        if execution.call_id == call_id:
-            raise Boom(call_id)
-
-    return observer
-
-
-async def test_an_observer_raising_a_base_exception_stops_the_batch_and_run_raises_it() -> None:
-    lab = Lab()
-    lab.registry.on_result(boom_on("c0"), prepend=True)
-    calls = [call(0), call(1), call(2, "polite"), call(3, "solo"), call(4)]
-    before = asyncio.all_tasks()
-    task = asyncio.create_task(lab.registry.run(calls))
-
-    await lab.wait_started("c0", "c1", "c2")
-    lab.release("c0")
-    with pytest.raises(Boom):
-        await within(task)
-
-    assert "interrupted c1" in lab.log  # in-flight calls were cancelled
-    assert lab.signal_at_end == {"c0": False, "c1": True, "c2": True}
-    assert lab.finished["c1"].is_set()
-    assert lab.finished["c2"].is_set()  # every started body was awaited
-    assert sorted(lab.starts()) == ["c0", "c1", "c2"]  # no new dispatch
-    assert lab.notified == []  # nothing further committed or notified
-    assert "post c1" not in lab.stages
-    assert "post c2" not in lab.stages
-    assert asyncio.all_tasks() == before
-
-
-async def test_a_body_raising_a_base_exception_stops_the_batch_and_run_raises_it() -> None:
-    lab = Lab()
-
-    async def explode(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        await lab.wait_started("c0", "c2")
-        raise Boom("from a body")
-
-    lab.registry.register(raw_tool("explode", explode, concurrency_safe=True))
-    calls = [call(0), call(1, "explode"), call(2, "polite"), call(3, "solo")]
-    before = asyncio.all_tasks()
-
-    with pytest.raises(Boom):
-        await within(lab.registry.run(calls))
-
-    assert "interrupted c0" in lab.log
-    assert lab.signal_at_end == {"c0": True, "c2": True}
-    assert sorted(lab.starts()) == ["c0", "c2"]
-    assert lab.notified == []
-    assert asyncio.all_tasks() == before
-
-
-async def test_a_stream_that_raised_a_scheduler_failure_then_raises_stop_async_iteration() -> None:
-    lab = Lab()
-    lab.release("c0", "c1")
-    lab.registry.on_result(boom_on("c1"))
-    calls = [call(0, "solo"), call(1, "solo"), call(2, "solo")]
-    stream = lab.registry.stream(calls)
-
-    first = await within(stream.__anext__())
-    with pytest.raises(Boom):
-        await within(stream.__anext__())
-    with pytest.raises(StopAsyncIteration):
-        await within(stream.__anext__())
-    await within(stream.aclose())
-
-    assert first.result.value == "c0"
-    assert sorted(lab.starts()) == ["c0", "c1"]
-    assert lab.commits() == ["c0", "c1"]  # c1's earlier observer ran before Boom
-    assert "start c2" not in lab.log
-
-
-async def test_a_scheduler_failure_between_items_does_not_cancel_the_stream_consumer() -> None:
-    lab = Lab()
-    lab.release("c0")
-    loop = asyncio.get_running_loop()
-    consumer_free = asyncio.Event()
-
-    async def explode(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        await within(lab.gates[ctx.call_id].wait())
-        # Wake the consumer only after this dispatch's failure has fully settled.
-        loop.call_soon(loop.call_soon, consumer_free.set)
-        raise Boom("from a body")
-
-    lab.registry.register(raw_tool("explode", explode, concurrency_safe=True))
-    stream = lab.registry.stream([call(0), call(1, "explode")])
-
-    first = await within(stream.__anext__())
-    lab.release("c1")
-    await within(consumer_free.wait())  # the consumer's own await is not cancelled
-    with pytest.raises(Boom):
-        await within(stream.__anext__())
-    with pytest.raises(StopAsyncIteration):
-        await within(stream.__anext__())
-
-    assert first.result.value == "c0"
-    assert lab.commits() == ["c0"]
-
-
-async def test_a_pre_execute_raising_a_base_exception_stops_the_batch_and_run_raises_it() -> None:
-    lab = Lab()
-
-    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-        if execution.call_id == "c1":
-            await lab.wait_started("c0")
-            raise Boom("from pre-execute")
-        return await call_next()
-
-    lab.registry.pre_execute(pre)
-    before = asyncio.all_tasks()
-
-    with pytest.raises(Boom):
-        await within(lab.registry.run([call(0), call(1), call(2)]))
-
-    assert "interrupted c0" in lab.log
-    assert lab.signal_at_end == {"c0": True}
-    assert sorted(lab.starts()) == ["c0"]
-    assert lab.notified == []
-    assert asyncio.all_tasks() == before
-
-
-class OtherBoom(BaseException):
-    """A second failure, raised after the first."""
-
-
-async def test_a_scheduler_failure_raises_the_first_failure() -> None:
-    lab = Lab()
-
-    async def first(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        await lab.wait_started("c1")
-        raise Boom("first")
-
-    async def second(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
-        lab.log.append(f"start {ctx.call_id}")
-        lab.started[ctx.call_id].set()
-        await within(ctx.signal.wait())  # fires once the scheduler failed
-        raise OtherBoom("second")
-
-    for name, body in (("first", first), ("second", second)):
-        lab.registry.register(
-            raw_tool(name, body, concurrency_safe=True, cancellation="cooperative")
-        )
-
-    with pytest.raises(Boom):
-        await within(lab.registry.run([call(0, "second"), call(1, "second"), call(2, "first")]))
-
-    assert lab.notified == []
-
-
-async def test_a_dispatch_that_lets_a_cancelled_error_through_is_a_scheduler_failure() -> None:
-    # execute() lets a CancelledError from around-execute middleware through; in a batch
-    # that is "any exception the pipeline lets through, other than the run task's own
-    # CancelledError": run stops, cancels and awaits the in-flight calls, then raises it.
-    lab = Lab()
-
-    async def around(
-        execution: tr.Execution, call_next: Callable[[], Awaitable[tr.ToolResult]]
-    ) -> tr.ToolResult:
-        if execution.call_id == "c1":
-            await lab.wait_started("c0")
-            raise asyncio.CancelledError
-        return await call_next()
-
-    lab.registry.around_execute(around)
-    task = asyncio.create_task(lab.registry.run([call(0), call(1), call(2, "solo")]))
-
-    with pytest.raises(asyncio.CancelledError):
-        await within(task)
-
-    assert "interrupted c0" in lab.log
-    assert lab.signal_at_end == {"c0": True}
-    assert lab.notified == []
-    assert "start c2" not in lab.log
-
-
-# ---- more of what a dispatching or preparing call sees --------------------------------------
-
-
-async def test_a_call_whose_dispatch_began_but_body_never_ran_is_aborted_before_dispatch() -> None:
-    lab = Lab()
-    controller = tr.CancelController()
-    holding = asyncio.Event()
-    hold = asyncio.Event()
-
-    async def around(
-        execution: tr.Execution, call_next: Callable[[], Awaitable[tr.ToolResult]]
-    ) -> tr.ToolResult:
-        if execution.call_id == "c1":
-            holding.set()
-            await within(hold.wait())
-        return await call_next()
-
-    lab.registry.around_execute(around)
-    stream = lab.registry.stream([call(0), call(1)], signal=controller.signal)
-
-    async with contextlib.aclosing(stream):
-        pending = asyncio.ensure_future(stream.__anext__())
-        await lab.wait_started("c0")
-        await within(holding.wait())
-        controller.cancel()
-        hold.set()
-        items = [await within(pending)]
-        items += [item async for item in stream]
-
-    assert [item.started for item in items] == [True, False]
-    assert_aborted(items[0].result)
-    assert_aborted_before_dispatch(items[1].result)
-    assert sorted(lab.starts()) == ["c0"]
-    assert "post c1" not in lab.stages
 
 
 async def test_a_pending_approver_is_cancelled_when_the_batch_signal_fires() -> None:
@@ -974,83 +517,3 @@ async def test_a_batch_does_not_conclude_the_turn_when_the_concluding_call_was_a
     assert_aborted(batch.results[0])
     assert batch.concludes_turn is False
     assert batch.cancelled is True
-
-
-async def test_a_scheduler_failure_while_a_stream_closes_is_raised_by_aclose() -> None:
-    lab = Lab()
-    lab.release("c0")
-    lab.registry.on_result(boom_on("c1"), prepend=True)
-    calls = [call(0), call(1), call(2, "polite"), call(3, "solo")]
-    before = asyncio.all_tasks()
-    stream = lab.registry.stream(calls)
-
-    first = await within(stream.__anext__())
-    await lab.wait_started("c1", "c2")
-    with pytest.raises(Boom):
-        await within(stream.aclose())
-
-    assert first.result.value == "c0"
-    assert lab.commits() == ["c0"]  # nothing further committed or notified
-    assert lab.finished["c2"].is_set()
-    assert lab.signal_at_end == {"c0": False, "c1": True, "c2": True}
-    assert "start c3" not in lab.log
-    assert asyncio.all_tasks() == before
-    with pytest.raises(StopAsyncIteration):
-        await within(stream.__anext__())
-
-
-# ---- a raising callback on a running body's signal ------------------------------------
-
-
-@pytest.mark.parametrize("cancellation", ["interrupt", "cooperative"])
-async def test_closing_a_stream_with_a_raising_body_signal_callback_still_winds_down(
-    cancellation: Literal["interrupt", "cooperative"],
-) -> None:
-    # Issue 18: aclose() raised the callback's exception at once, while c1's body still
-    # ran and c2 was never committed. It must wind down as scheduler.md says (c1 awaited
-    # and committed, c2 ABORTED_BEFORE_DISPATCH, one notification each) and report the
-    # callback's exception to the loop, not raise it.
-    registry = tr.ToolRegistry()
-    seen: list[tuple[str, str | None]] = []
-    registry.on_result(
-        lambda e, r: seen.append((e.call_id, None if r.error is None else r.error.code)))
-    entered = asyncio.Event()
-    log: list[str] = []
-
-    class CallbackFailure(Exception):
-        pass
-
-    def raising() -> None:
-        raise CallbackFailure("callback")
-
-    async def body(arguments: Any, ctx: tr.RunContext) -> str:
-        if ctx.call_id == "c0":
-            return "quick"
-        ctx.signal.add_callback(raising)
-        entered.set()
-        try:
-            await within(ctx.signal.wait())
-            return "stopped"
-        finally:
-            log.append(f"end {ctx.call_id}")
-
-    registry.register(raw_tool("work", body, concurrency_safe=True, cancellation=cancellation))
-    reported: list[BaseException | None] = []
-    loop = asyncio.get_running_loop()
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
-    try:
-        stream = registry.stream([call(0), call(1), call(2)], max_parallel=2)
-        first = await within(stream.__anext__())
-        await within(entered.wait())
-        await within(stream.aclose())
-    finally:
-        loop.set_exception_handler(previous)
-
-    assert first.result.value == "quick"
-    assert log == ["end c1"]  # nothing left running once aclose() returned
-    assert [cid for cid, _ in seen] == ["c0", "c1", "c2"]
-    assert seen[2] == ("c2", "ABORTED_BEFORE_DISPATCH")
-    assert len(reported) == 1
-    assert isinstance(reported[0], CallbackFailure)
-    assert stream.batch.cancelled is True

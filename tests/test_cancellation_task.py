@@ -1,0 +1,221 @@
+"""asyncio cancellation of the task running ``execute``, and quiescence: nothing returns
+while a body it started still runs (spec: pipeline.md, "Cancellation").
+
+Every test proves ordering with ``asyncio.Event`` / ``threading.Event`` gates and bounds
+its waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Literal
+
+import pytest
+
+import toolrail as tr
+from cancellation_helpers import (
+    execute_until,
+    make_call,
+    make_tool,
+    registry_for,
+    still_running,
+    task_cancelled,
+)
+from helpers import (
+    observe,
+    one_turn,
+    until,
+    wait_forever,
+)
+
+# ---- asyncio cancellation of the task running execute -------------------------------------
+
+
+@pytest.mark.parametrize("with_signal", [False, True])
+async def test_cancelling_the_task_interrupts_the_body_and_propagates(with_signal: bool) -> None:
+    started = asyncio.Event()
+    body_saw: list[str] = []
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        started.set()
+        try:
+            await wait_forever()
+        except asyncio.CancelledError:
+            body_saw.append("CancelledError")
+            await one_turn()
+            body_saw.append("cleaned up")
+            raise
+        return "finished anyway"
+
+    registry = registry_for(body)
+    seen = observe(registry)
+    caller = tr.CancelController()
+
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
+
+    assert task.cancelled()
+    assert body_saw == ["CancelledError", "cleaned up"]
+    assert seen == []
+    assert caller.signal.cancelled is False
+
+
+@pytest.mark.parametrize("with_signal", [False, True])
+async def test_cancelling_the_task_fires_the_interrupt_body_signal_with_reason_cancelled(
+    with_signal: bool,
+) -> None:
+    started = asyncio.Event()
+    body_saw: list[tuple[bool, str | None]] = []
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        started.set()
+        try:
+            await wait_forever()
+        except asyncio.CancelledError:
+            body_saw.append((ctx.signal.cancelled, ctx.signal.reason))
+            raise
+        return "finished anyway"
+
+    registry = registry_for(body)
+    caller = tr.CancelController()
+
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
+
+    assert task.cancelled()
+    assert body_saw == [(True, "cancelled")]
+
+
+@pytest.mark.parametrize("with_signal", [False, True])
+async def test_a_task_cancellation_the_body_swallows_still_propagates(with_signal: bool) -> None:
+    started = asyncio.Event()
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        started.set()
+        try:
+            await wait_forever()
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "finished anyway"
+
+    registry = registry_for(body)
+    seen = observe(registry)
+    caller = tr.CancelController()
+
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
+
+    assert task.cancelled(), f"execute returned {task.result()!r}"
+    assert seen == []
+
+
+async def test_cancelling_the_task_fires_a_cooperative_body_signal_and_waits_for_the_body() -> None:
+    started = asyncio.Event()
+    saw_signal = asyncio.Event()
+    release = asyncio.Event()
+    body_saw: list[tuple[bool, str | None]] = []
+    finished: list[bool] = []
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        started.set()
+        await asyncio.wait_for(ctx.signal.wait(), 5)
+        body_saw.append((ctx.signal.cancelled, ctx.signal.reason))
+        saw_signal.set()
+        await until(release)
+        finished.append(True)
+        return "finished"
+
+    registry = registry_for(body, cancellation="cooperative")
+    seen = observe(registry)
+    caller = tr.CancelController()
+
+    task = await execute_until(registry, started, caller.signal)
+    task.cancel()
+    await until(saw_signal)
+    assert not task.done()
+    release.set()
+    await asyncio.wait({task}, timeout=5)
+
+    assert body_saw == [(True, "cancelled")]
+    assert finished == [True]
+    assert task.cancelled()
+    assert seen == []
+    assert caller.signal.cancelled is False
+
+
+async def test_cancelling_the_task_waits_out_a_sync_body_and_fires_its_signal() -> None:
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+    release = threading.Event()
+    finished = threading.Event()
+    body_saw: list[tuple[bool, str | None]] = []
+
+    def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(5)
+        body_saw.append((ctx.signal.cancelled, ctx.signal.reason))
+        finished.set()
+        return "finished"
+
+    registry = registry_for(body)
+    seen = observe(registry)
+
+    task = await execute_until(registry, started)
+    task.cancel()
+    try:
+        assert await still_running(task)
+    finally:
+        release.set()
+    await asyncio.wait({task}, timeout=5)
+
+    assert finished.is_set()
+    assert body_saw == [(True, "cancelled")]
+    assert task.cancelled()
+    assert seen == []
+
+
+# ---- quiescence --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cancellation", ["interrupt", "cooperative"])
+@pytest.mark.parametrize("trigger", ["signal", "timeout"])
+async def test_nothing_the_library_started_runs_after_execute_returns(
+    cancellation: Literal["interrupt", "cooperative"], trigger: str
+) -> None:
+    started = asyncio.Event()
+    finished: list[bool] = []
+    controller = tr.CancelController()
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        started.set()
+        try:
+            if cancellation == "cooperative":
+                await asyncio.wait_for(ctx.signal.wait(), 5)
+            else:
+                await wait_forever()
+        finally:
+            for _ in range(3):
+                await one_turn()
+            finished.append(True)
+        return "finished"
+
+    registry = tr.ToolRegistry()
+    timeout = 0.05 if trigger == "timeout" else None
+    registry.register(make_tool(body, timeout=timeout, cancellation=cancellation))
+
+    async def canceller() -> None:
+        await until(started)
+        if trigger == "signal":
+            controller.cancel()
+
+    helper = asyncio.create_task(canceller())
+    before = asyncio.all_tasks()
+    result = await registry.execute(make_call(controller.signal))
+    after = asyncio.all_tasks()
+
+    assert finished == [True]
+    assert after - before == set()
+    assert result.error is not None
+    assert result.error.code == ("ABORTED" if trigger == "signal" else "TOOL_TIMEOUT")
+    await asyncio.wait_for(helper, 5)
