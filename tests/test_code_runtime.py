@@ -296,7 +296,9 @@ async def test_aclose_cancels_running_programs_and_waits_for_them() -> None:
     await within(started.wait(), 30)
     await within(registry.aclose(), 10)
     result = await within(task)
-    assert result.is_error
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+    assert result.error.message == "tool call aborted: the registry is closing"
 
 
 async def test_an_exclusive_nested_call_waits_for_earlier_calls_and_holds_the_barrier(
@@ -320,3 +322,63 @@ async def test_an_exclusive_nested_call_waits_for_earlier_calls_and_holds_the_ba
     assert result.error is None, result.text
     assert log == ["start r", "start r.1", "commit r.1", "start r.2", "commit r.2",
                    "start r.3", "commit r.3", "commit r"]
+
+
+async def test_a_program_cannot_run_another_program(registry: tr.ToolRegistry) -> None:
+    # Each level would hold a worker while it waits: nesting could starve the pool.
+    result = await run(registry, (
+        'try:\n    await tools.call("run_code", {"code": "1 + 1"})\n'
+        "except ToolCallError as error:\n    print(error)\n"))
+    assert result.error is None
+    assert result.value == {"logs": 'tool "run_code" failed (UNKNOWN_TOOL): a run_code program '
+                                     "cannot run another program\n"}
+
+
+async def test_run_code_arguments_other_than_code_are_invalid(registry: tr.ToolRegistry) -> None:
+    result = await within(registry.execute(tr.ToolCall(
+        call_id="r", name="run_code", arguments={"code": "1 + 1", "extra": 2})), 30)
+    assert result.error is not None
+    assert result.error.code == "INVALID_ARGS"
+    assert result.error.message == 'invalid arguments: unexpected property "extra"'
+
+
+async def test_a_nested_failure_without_a_code_reads_failed_without_one() -> None:
+    async def fail(arguments: Any, ctx: tr.RunContext) -> tr.ToolOutput:
+        return tr.ToolOutput(value="v", meta={"not": {"lossless"}})  # a failure with no code
+
+    async with tr.ToolRegistry(presentation="code") as registry:
+        registry.register(tr.Tool(name="fail", description="Fail.",
+                                  parameters={"type": "object"}, execute=fail))
+        result = await run(registry, (
+            "try:\n    await tools.fail({})\nexcept ToolCallError as error:\n    print(error)\n"))
+    assert result.value == {
+        "logs": 'tool "fail" failed: tool result must be losslessly JSON-serializable\n'}
+
+
+async def test_a_program_stopped_by_a_middleware_s_own_deadline_is_aborted() -> None:
+    held = asyncio.Event()
+
+    async def hold(arguments: Any, ctx: tr.RunContext) -> str:
+        held.set()
+        await ctx.signal.wait()
+        return "held"
+
+    deadline = tr.CancelController()
+
+    async def around(execution: tr.Execution, call_next: Any) -> tr.ToolResult:
+        if execution.name == "run_code":
+            execution.signal = deadline.signal  # the middleware's own signal, not the caller's
+        return await call_next()  # type: ignore[no-any-return]
+
+    async with tr.ToolRegistry(presentation="code") as registry:
+        registry.register(tr.Tool(name="hold", description="Hold.",
+                                  parameters={"type": "object"}, execute=hold,
+                                  cancellation="cooperative"))
+        registry.around_execute(around)
+        task = asyncio.create_task(run(registry, "await tools.hold({})\nprint('after')"))
+        await within(held.wait(), 30)
+        deadline.cancel("deadline")
+        result = await within(task, 30)
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+    assert result.error.message == "tool call aborted"

@@ -207,3 +207,22 @@ def test_a_description_with_quotes_and_backslashes_stays_one_docstring() -> None
     tools = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Tools")
     method = next(n for n in tools.body if isinstance(n, ast.AsyncFunctionDef))
     assert ast.get_docstring(method) == 'Ends in a quote "x" \\ and """ too"'
+
+
+def test_the_comment_for_a_tool_without_a_method_is_exactly_the_call() -> None:
+    sdk = render_sdk([schema("mcp.tool", {"type": "object"})])
+    [line] = [line for line in sdk.splitlines() if "mcp.tool" in line]
+    assert line == '    # await tools.call("mcp.tool", args)'
+
+
+def test_a_nested_class_never_takes_the_name_another_tool_s_args_need() -> None:
+    # Tool "a"'s property "b_args" would be AArgsBArgs, the Args name of tool "a_args_b".
+    sdk = render_sdk([
+        schema("a", {"type": "object", "properties": {
+            "b_args": {"type": "object", "properties": {"q": {"type": "integer"}}}}}),
+        schema("a_args_b", {"type": "object", "properties": {"z": {"type": "string"}}}),
+    ])
+    classes = [node.name for node in ast.parse(sdk).body if isinstance(node, ast.ClassDef)]
+    assert len(classes) == len(set(classes)), classes
+    assert "class AArgsBArgs(TypedDict):\n    z: NotRequired[str]\n" in sdk
+    assert "    b_args: NotRequired[AArgsBArgs2]\n" in sdk

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import ToolAbortedError, ToolArgsError, ToolError
 from .._json import snapshot_json, thaw
+from .._presentation import RUN_CODE
 from .._results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._scheduler import _Driver
 from .._tool import ToolCall
@@ -259,6 +260,9 @@ async def run_program(registry: ToolRegistry, sdk: str, methods: frozenset[str],
     if not isinstance(code, str):
         raise ToolArgsError('invalid arguments: "code" must be a string',
                             violations=('"code" must be a string',))
+    extra = tuple(f'unexpected property "{key}"' for key in arguments if key != "code")
+    if extra:  # the transport's schema has "additionalProperties": false
+        raise ToolArgsError("invalid arguments: " + "; ".join(extra), violations=extra)
     settings = registry._code_settings(ctx.scope)
     pool = await registry._sandbox()
     program = _Program(registry, ctx, settings, methods)
@@ -323,23 +327,29 @@ class _Program:
         finally:
             unhook()
         self._forward()
-        if outcome is None and not self.ctx.signal.cancelled:  # registry.aclose()
-            raise ToolAbortedError(f"tool call aborted: {self.stopping}")
         if outcome is None:
-            # Cancelled: what the body returns then is no outcome of its own; the pipeline
-            # makes the result ABORTED (or TOOL_TIMEOUT) as for any stopped body.
-            return ToolOutput(value=None, content=[TextContent("run_code was cancelled")])
+            # Stopped: by registry.aclose(), or by the body signal, whoever fired it (the
+            # caller, the tool's timeout, or an around-execute middleware's own deadline).
+            # A stopped program has no outcome of its own: it is aborted. (Where the
+            # pipeline knows better, the caller's signal or a timeout, its result wins.)
+            if self.stopping == "cancelled":
+                raise ToolAbortedError("tool call aborted")
+            raise ToolAbortedError(f"tool call aborted: {self.stopping}")
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome  # type: ignore[no-any-return]
 
     async def _kill_if_stuck(self, program: asyncio.Task[Any]) -> None:
         done, _ = await asyncio.wait((program,), timeout=_STOP_GRACE)
-        if not done and self.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
+        if not done:
+            self._kill()
         with contextlib.suppress(asyncio.CancelledError):
             await program
+
+    def _kill(self) -> None:
+        if self.pid is not None and _alive(self.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
 
     async def _drive(self) -> None:
         """Commit the nested calls in submission order, telling the program of each."""
@@ -379,10 +389,18 @@ class _Program:
         try:
             async with pool.session(sdk, settings) as session:
                 self.pid = session.worker_pid
-                snapshot = await session.feed_start(code, inputs={"tools": tools},
-                                                    print_callback=logs)
-                while not isinstance(snapshot, pm.MontyComplete):
-                    snapshot = await self._answer(snapshot, pm)
+                try:
+                    snapshot = await session.feed_start(code, inputs={"tools": tools},
+                                                        print_callback=logs)
+                    while not isinstance(snapshot, pm.MontyComplete):
+                        snapshot = await self._answer(snapshot, pm)
+                except asyncio.CancelledError:
+                    # Stopped mid-run: the worker may still be running the program, and
+                    # the sandbox stops it on its own time. Killed here, while the session
+                    # is still ours, nothing of the program runs after run_code returns;
+                    # the pool replaces the worker.
+                    self._kill()
+                    raise
                 output = snapshot.output
         except pm.MontyError as exc:
             return self._failed(exc, logs.output, pm)
@@ -410,6 +428,10 @@ class _Program:
                     return await snapshot.resume(
                         {"exception": TypeError("tools.call() takes a tool name")})
                 name = tool
+            if name == RUN_CODE:  # a worker held per level: nesting could starve the pool
+                return await snapshot.resume({"exception": RuntimeError(
+                    f'tool "{RUN_CODE}" failed (UNKNOWN_TOOL): a {RUN_CODE} program cannot '
+                    f"run another program")})
             payload = args[0] if args else kwargs.get("args", {})
             index = self._submit(name, payload)
             if index is None:
@@ -436,9 +458,8 @@ class _Program:
             return {"return_value": thaw(result.value)}
         info = result.error
         assert info is not None
-        code = info.code or "ERROR"
-        return {"exception": RuntimeError(
-            f'tool "{self.names[index]}" failed ({code}): {info.message}')}
+        failed = "failed" if info.code is None else f"failed ({info.code})"
+        return {"exception": RuntimeError(f'tool "{self.names[index]}" {failed}: {info.message}')}
 
     def _success(self, code: str, output: Any, logs: str) -> Any:
         value: dict[str, Any] = {"logs": logs}

@@ -63,16 +63,18 @@ def render_sdk(schemas: Iterable[ToolSchema],
     outputs = output_schemas or {}
     tools = sorted({s.name: s for s in schemas}.items())
     writer = _Writer()
+    named = [(name, schema, writer.claim(_pascal(name) or "Tool")) for name, schema in tools]
+    for _, _, pascal in named:  # the names the spec fixes come first: nested ones yield
+        writer.taken.update((f"{pascal}Args", f"{pascal}Output"))
     methods: list[str] = []
-    for name, schema in tools:
-        pascal = writer.claim(_pascal(name) or "Tool")
+    for name, schema, pascal in named:
         args = writer.top(f"{pascal}Args", schema.parameters)
         output = outputs.get(name)
         result = writer.top(f"{pascal}Output", output) \
             if output is not None else writer.alias(f"{pascal}Output", "Any")
         method = method_name(name)
         if method is None:
-            methods.append(f"    # await tools.call({json.dumps(name)}, args)  -> {result}\n")
+            methods.append(f"    # await tools.call({json.dumps(name)}, args)\n")
             continue
         methods.append(f"    async def {method}(self, args: {args}) -> {result}:\n"
                        f"{_docstring(schema.description)}")
