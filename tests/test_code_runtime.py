@@ -8,13 +8,15 @@ nothing left running.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 import toolrail as tr
-from helpers import within
+from helpers import one_turn, within
 from toolrail.code import CodeSettings
 
 pytest.importorskip("pydantic_monty")
@@ -382,3 +384,62 @@ async def test_a_program_stopped_by_a_middleware_s_own_deadline_is_aborted() -> 
     assert result.error is not None
     assert result.error.code == "ABORTED"
     assert result.error.message == "tool call aborted"
+
+
+async def test_nested_calls_overlap_up_to_max_parallel_and_no_further() -> None:
+    active = 0
+    peak = 0
+    full = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def slot(arguments: Any, ctx: tr.RunContext) -> str:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        if active == 3:
+            full.set()
+        await gate.wait()
+        active -= 1
+        return "done"
+
+    async with tr.ToolRegistry(presentation="code",
+                               code=CodeSettings(max_parallel=3)) as registry:
+        registry.register(tr.Tool(name="slot", description="Slot.",
+                                  parameters={"type": "object"}, execute=slot,
+                                  concurrency_safe=True))
+        task = asyncio.create_task(run(registry, (
+            "import asyncio\nlen(await asyncio.gather(*[tools.slot({}) for i in range(7)]))")))
+        await within(full.wait(), 30)
+        for _ in range(20):  # whatever was (wrongly) ready to start has had its chance
+            await one_turn()
+        assert active == 3
+        gate.set()
+        result = await within(task, 30)
+    assert result.value == {"logs": "", "result": 7}
+    assert peak == 3
+
+
+async def test_a_worker_killed_mid_program_is_a_crashed_failure() -> None:
+    started = asyncio.Event()
+
+    async with tr.ToolRegistry(presentation="code") as registry:
+        async def kill(arguments: Any, ctx: tr.RunContext) -> str:
+            pool = registry._pool
+            assert pool is not None
+            [program] = pool._running
+            assert program.pid is not None
+            os.kill(program.pid, signal.SIGKILL)
+            started.set()
+            return "killed"
+
+        registry.register(tr.Tool(name="kill", description="Kill.",
+                                  parameters={"type": "object"}, execute=kill))
+        result = await run(registry, 'print("hi")\nawait tools.kill({})\nprint("after")')
+        assert started.is_set()
+        detail = failure(result, "crashed")
+        assert result.error is not None
+        assert result.error.type == "MontyCrashedError"
+        assert detail.endswith("\nCaptured output:\nhi\n")
+        assert "after" not in detail
+        # The pool replaced the worker.
+        assert (await run(registry, "1 + 1")).value == {"logs": "", "result": 2}

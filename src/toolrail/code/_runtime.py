@@ -366,11 +366,8 @@ class _Program:
             driver.ended = True
             unhook()
 
-    def _submit(self, name: str, args: Any) -> int | None:
-        """A nested call of ``name``; its index, or ``None`` past ``max_calls``."""
-        if self.calls >= self.settings.max_calls:
-            self.over_calls = True
-            return None
+    def _submit(self, name: str, args: Any) -> int:
+        """A nested call of ``name`` (within ``max_calls``); its driver index."""
         self.calls += 1
         ctx = self.ctx
         call = ToolCall(call_id=f"{ctx.call_id}.{self.calls}", name=name, arguments=args,
@@ -432,14 +429,16 @@ class _Program:
                 return await snapshot.resume({"exception": RuntimeError(
                     f'tool "{RUN_CODE}" failed (UNKNOWN_TOOL): a {RUN_CODE} program cannot '
                     f"run another program")})
-            payload = args[0] if args else kwargs.get("args", {})
-            index = self._submit(name, payload)
-            if index is None:
+            if self.calls >= self.settings.max_calls:
+                self.over_calls = True  # the call is never submitted
                 return await snapshot.resume({"exception": RuntimeError(
                     f"call limit reached: a program may make at most "
                     f"{self.settings.max_calls} tool calls")})
-            self.pending[snapshot.call_id] = index
-            return await snapshot.resume({"future": ...})
+            # The answer goes to the worker first; the call is submitted while it travels.
+            resumed = snapshot.resume({"future": ...})
+            payload = args[0] if args else kwargs.get("args", {})
+            self.pending[snapshot.call_id] = self._submit(name, payload)
+            return await resumed
         if isinstance(snapshot, pm.AsyncFutureSnapshot):
             wanted = snapshot.pending_call_ids
             while True:
