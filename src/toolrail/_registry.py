@@ -509,7 +509,8 @@ class ToolRegistry:
 
     async def aclose(self) -> None:
         """Close the sandbox pool: wait for running programs to be cancelled and their
-        workers to exit. The registry can still run native calls afterwards."""
+        workers to exit. The registry can still run native calls afterwards; a later
+        ``run_code`` starts a new pool, for the next ``aclose()`` to close."""
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
