@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
 import pytest
 
 import toolrail as tr
@@ -369,3 +370,46 @@ async def test_a_scope_post_execute_sees_only_its_scopes_calls(
     assert scoped.content == (tr.TextContent("scoped"),)
     assert unscoped.content == (tr.TextContent("ok"),)
     assert other.content == (tr.TextContent("ok"),)
+
+
+# ---- a value set by post-execute Accept(value=...) ---------------------------------
+
+
+class _Person(pydantic.BaseModel):
+    name: str
+    age: int
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    pytest.param({"name": "b"}, "\"$\": 'age' is a required property", id="missing field"),
+    pytest.param({"name": "b", "age": "old"}, "\"age\": 'old' is not of type 'integer'",
+                 id="wrong type"),
+])
+async def test_a_value_accept_sets_on_a_typed_tool_is_checked_against_its_output_schema(
+        value: Any, reason: str) -> None:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    def person() -> _Person:
+        """A person."""
+        return _Person(name="a", age=1)
+
+    registry.post_execute(lambda e, r, call_next: tr.Accept(value=value))
+    result = await registry.execute(tr.ToolCall(call_id="c", name="person"))
+    message = f'tool "person" returned invalid output: {reason}'
+    assert result.error == tr.ErrorInfo(message, "INVALID_TOOL_OUTPUT", "ToolOutputError")
+    assert result.text == "Error: " + message
+
+
+async def test_a_valid_value_accept_sets_on_a_typed_tool_replaces_the_value() -> None:
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    def person() -> _Person:
+        """A person."""
+        return _Person(name="a", age=1)
+
+    registry.post_execute(lambda e, r, call_next: tr.Accept(value={"name": "b", "age": 2}))
+    result = await registry.execute(tr.ToolCall(call_id="c", name="person"))
+    assert result.error is None
+    assert result.value == {"name": "b", "age": 2}

@@ -161,7 +161,7 @@ def _apply_post(state: CallState, decision: Accept | Block, result: ToolResult) 
 def _checked_value(state: CallState, raw: Any) -> tuple[Any, tuple[TextContent, ...]]:
     """A value set by ``Accept(value=...)``, checked as a body's value is."""
     name, entry = state.execution._name, state.entry
-    value = checked_value(name, None if entry is None else entry.check_output, raw)
+    value = checked_value(name, None if entry is None else entry.value_check(), raw)
     return value, rendered(name, value)
 
 

@@ -28,14 +28,15 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 class Entry:
     """One tool in one layer."""
 
-    __slots__ = ("approval", "check_output", "context_free", "fast", "finish", "interrupts",
-                 "kind", "schema", "start", "tool")
+    __slots__ = ("_value_check", "approval", "check_output", "context_free", "fast", "finish",
+                 "interrupts", "kind", "schema", "start", "tool")
 
     def __init__(self, tool: Tool, schema: ToolSchema, check_output: OutputCheck | None,
                  kind: BodyKind) -> None:
         self.tool = tool
         self.schema = schema
         self.check_output = check_output
+        self._value_check = check_output
         self.kind = kind
         # An async interrupt body is awaited in the calling task, interruptibly.
         self.interrupts = tool.cancellation == "interrupt" and kind != "thread"
@@ -62,6 +63,14 @@ class Entry:
             return approval(arguments) is True  # type: ignore[operator]
         except Exception:
             return True
+
+    def value_check(self) -> OutputCheck | None:
+        """The output-schema check of a value ``Accept(value=...)`` sets: the body's own,
+        or, for a body that checks its values itself (a typed tool), the schema's,
+        compiled the first time one is set."""
+        if self._value_check is None and self.tool.output_schema is not None:
+            self._value_check = compile_output_check(self.tool.name, self.tool.output_schema)
+        return self._value_check
 
     def cannot_run(self, arguments: JsonValue) -> Exception | None:
         """Why the body would fail before it runs (a typed tool's invalid arguments)."""
