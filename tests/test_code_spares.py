@@ -196,3 +196,21 @@ async def test_a_program_cancelled_while_its_spare_warms_leaves_the_spare_for_th
         assert result.error.code == "ABORTED"
         assert list(pool._spares.values()) == [warming]
         assert (await _run(registry, "2 + 2")).value == {"logs": "", "result": 4}
+
+
+def test_a_registry_used_from_a_second_event_loop_still_runs_programs() -> None:
+    # The first loop ends while the spare warms (asyncio.run cancels the warm-up): the
+    # second loop must not take that cancelled warm-up for a spare.
+    registry = _registry()
+
+    async def once(n: int) -> tr.ToolResult:
+        return await _run(registry, f"{n} + 1")
+
+    assert asyncio.run(once(1)).value == {"logs": "", "result": 2}
+    assert asyncio.run(once(2)).value == {"logs": "", "result": 3}
+
+    async def warm_then_close() -> None:
+        await _pool(registry).ready()  # this loop's spare, finished
+        await registry.aclose()
+
+    asyncio.run(warm_then_close())

@@ -100,6 +100,7 @@ class SandboxPool:
         self._running: set[_Program] = set()
         self._spares: dict[Any, asyncio.Task[Any]] = {}  # by key, oldest first
         self._closing: set[asyncio.Future[Any]] = set()  # sessions of discarded spares
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the spares live on
         self._closed = False
 
     async def start(self) -> None:
@@ -128,6 +129,7 @@ class SandboxPool:
             "type_check": settings.type_check, "type_check_stubs": sdk,
             "type_check_format": "concise"}
         key = (sdk, settings)
+        self._settle_loop()
         spare = await self._take(key)
         try:
             if spare is not None:
@@ -182,9 +184,24 @@ class SandboxPool:
         """A spare no longer wanted, once its warm-up has stopped: its session is closed."""
         if task.cancelled() or task.exception() is not None or task.result() is None:
             return
-        closing = asyncio.ensure_future(task.result().__aexit__(None, None, None))
+        closing = asyncio.ensure_future(_exit(task.result()))
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
+
+    def _settle_loop(self) -> None:
+        """Spares belong to the event loop that warmed them. A registry used from a new
+        loop (a second ``asyncio.run``) forgets the old loop's: a warm-up that loop
+        cancelled when it ended is no spare, and one that finished is closed here."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        self._loop = loop
+        stale = list(self._spares.values())
+        self._spares.clear()
+        self._closing.clear()  # futures of the old loop: nothing here can wait for them
+        for task in stale:
+            if task.done():
+                self._discard(task)
 
     async def _warm(self, options: dict[str, Any]) -> Any:
         """A spare session; ``None`` if it could not be warmed (programs then check out)."""
@@ -203,6 +220,7 @@ class SandboxPool:
 
     async def ready(self) -> None:
         """Wait until the spares being warmed are warm (or failed to warm)."""
+        self._settle_loop()
         warming = [task for task in self._spares.values() if not task.done()]
         if warming:
             await asyncio.wait(warming)
@@ -210,6 +228,7 @@ class SandboxPool:
     async def close(self) -> None:
         """Cancel the running programs, wait for them, then stop the spares and workers."""
         self._closed = True
+        self._settle_loop()
         programs = list(self._running)
         for program in programs:
             program.stop("the registry is closing")
@@ -229,6 +248,12 @@ class SandboxPool:
         monty, self._monty = self._monty, None
         if monty is not None:
             await monty.__aexit__(None, None, None)
+
+
+async def _exit(session: Any) -> None:
+    """Close a discarded spare's session; one that cannot be closed is the pool's to reap."""
+    with contextlib.suppress(Exception):
+        await session.__aexit__(None, None, None)
 
 
 def _alive(pid: int | None) -> bool:
