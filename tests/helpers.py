@@ -188,6 +188,35 @@ def adder_registry() -> tr.ToolRegistry:
     return reg
 
 
+async def assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+    read: Callable[[tr.ToolRegistry, tr.ExecutionToken], list[tr.ToolCall]],
+) -> None:
+    """An adapter's calls read for a sub-agent carry its parent's token and scope.
+
+    A ``delegate`` tool on ``adder_registry()`` reads a sub-agent reply of two ``add``
+    calls (``a=1`` and ``a=2``) with ``read(registry, parent)``, which must pass
+    ``parent=parent, scope="sub"`` to the adapter, and runs them: they come back as
+    ``"6 7"``, and each is observed with the outer call's token and scope ``"sub"``,
+    the outer call itself with neither.
+    """
+    registry = adder_registry()
+    seen: list[tuple[tr.ExecutionToken | None, object]] = []
+    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
+    outer: list[tr.ExecutionToken] = []
+
+    @registry.tool
+    async def delegate(ctx: tr.RunContext) -> str:
+        """Hand two sums to a sub-agent."""
+        outer.append(ctx.token)
+        batch = await registry.run(read(registry, ctx.token))
+        return " ".join(result.text for result in batch.results)
+
+    result = await registry.execute(tr.ToolCall(call_id="outer", name="delegate"))
+
+    assert (result.is_error, result.value) == (False, "6 7")
+    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+
+
 # The parameters schema of ``adder_registry()``'s ``add``, as every adapter sends it.
 ADD_PARAMETERS = {
     "type": "object",

@@ -27,7 +27,12 @@ from anthropic.types import (
 from pydantic import TypeAdapter
 
 import toolrail as tr
-from helpers import ADD_PARAMETERS, adder_registry, python_output
+from helpers import (
+    ADD_PARAMETERS,
+    adder_registry,
+    assert_a_sub_agents_calls_carry_the_parent_token_and_scope,
+    python_output,
+)
 from toolrail.adapters import anthropic as an
 
 PNG = tr.ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
@@ -104,24 +109,11 @@ def test_calls_from_message_reads_the_tool_use_blocks_in_order() -> None:
 
 
 async def test_a_sub_agents_tool_use_blocks_carry_the_parent_token_and_scope() -> None:
-    registry = adder_registry()
-    seen: list[tuple[tr.ExecutionToken | None, object]] = []
-    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
-    outer: list[tr.ExecutionToken] = []
     sub_reply = message(tool_use("toolu_9", "add", {"a": 1}), tool_use("toolu_10", "add", {"a": 2}))
 
-    @registry.tool
-    async def delegate(ctx: tr.RunContext) -> str:
-        """Hand two sums to a sub-agent."""
-        outer.append(ctx.token)
-        calls = an.calls_from_message(sub_reply, parent=ctx.token, scope="sub")
-        batch = await registry.run(calls)
-        return " ".join(result.text for result in batch.results)
-
-    result = await registry.execute(tr.ToolCall(call_id="toolu_1", name="delegate"))
-
-    assert (result.is_error, result.value) == (False, "6 7")
-    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    await assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+        lambda registry, parent: an.calls_from_message(sub_reply, parent=parent, scope="sub")
+    )
     assert [c.parent for c in an.calls_from_message(sub_reply)] == [None, None]
 
 

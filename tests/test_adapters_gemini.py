@@ -19,7 +19,12 @@ from google import genai
 from google.genai import types
 
 import toolrail as tr
-from helpers import ADD_PARAMETERS, adder_registry, python_output
+from helpers import (
+    ADD_PARAMETERS,
+    adder_registry,
+    assert_a_sub_agents_calls_carry_the_parent_token_and_scope,
+    python_output,
+)
 from toolrail.adapters import gemini as gm
 
 PNG = tr.ImageContent(data=base64.b64encode(b"\x89PNG").decode(), mime_type="image/png")
@@ -98,24 +103,11 @@ def test_calls_from_response_reads_the_function_calls_with_their_ids() -> None:
 
 
 async def test_a_sub_agents_function_calls_carry_the_parent_token_and_scope() -> None:
-    registry = adder_registry()
-    seen: list[tuple[tr.ExecutionToken | None, object]] = []
-    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
-    outer: list[tr.ExecutionToken] = []
     sub_reply = response(function_call("add", {"a": 1}, "fc_9"), function_call("add", {"a": 2}))
 
-    @registry.tool
-    async def delegate(ctx: tr.RunContext) -> str:
-        """Hand two sums to a sub-agent."""
-        outer.append(ctx.token)
-        calls = gm.calls_from_response(sub_reply, parent=ctx.token, scope="sub")
-        batch = await registry.run(calls)
-        return " ".join(result.text for result in batch.results)
-
-    result = await registry.execute(tr.ToolCall(call_id="fc_1", name="delegate"))
-
-    assert (result.is_error, result.value) == (False, "6 7")
-    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    await assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+        lambda registry, parent: gm.calls_from_response(sub_reply, parent=parent, scope="sub")
+    )
     assert [c.parent for c in gm.calls_from_response(sub_reply)] == [None, None]
 
 
