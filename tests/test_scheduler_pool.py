@@ -127,19 +127,27 @@ async def test_a_tool_body_that_registers_a_tool_changes_how_later_calls_run() -
     assert lab.peak == 2
 
 
-async def test_an_observer_that_marks_later_calls_parallel_lets_them_run_together() -> None:
+def run_after_an_observer_flips_safety(
+    initially: bool,
+) -> tuple[Lab, asyncio.Task[tr.Batch]]:
+    """Run an ungated exclusive ``setup`` (c0), then two calls of a tool whose safety is
+    ``initially`` until an observer flips it when c0 commits."""
     lab = Lab()
-    safe = {"now": False}
+    safe = {"now": initially}
     lab.add(safe=lambda arguments: safe["now"])
     lab.add("setup", safe=False, gated=False)
 
     def flip(execution: tr.Execution, result: tr.ToolResult) -> None:
         if execution.call_id == "c0":
-            safe["now"] = True
+            safe["now"] = not initially
 
     lab.registry.on_result(flip)
     calls = [call(0, "setup"), call(1), call(2)]
-    task = asyncio.create_task(lab.registry.run(calls))
+    return lab, asyncio.create_task(lab.registry.run(calls))
+
+
+async def test_an_observer_that_marks_later_calls_parallel_lets_them_run_together() -> None:
+    lab, task = run_after_an_observer_flips_safety(initially=False)
 
     await lab.wait_started("c1", "c2")
     lab.release("c1", "c2")
@@ -149,18 +157,7 @@ async def test_an_observer_that_marks_later_calls_parallel_lets_them_run_togethe
 
 
 async def test_an_observer_that_marks_later_calls_exclusive_makes_them_run_one_at_a_time() -> None:
-    lab = Lab()
-    safe = {"now": True}
-    lab.add(safe=lambda arguments: safe["now"])
-    lab.add("setup", safe=False, gated=False)
-
-    def flip(execution: tr.Execution, result: tr.ToolResult) -> None:
-        if execution.call_id == "c0":
-            safe["now"] = False
-
-    lab.registry.on_result(flip)
-    calls = [call(0, "setup"), call(1), call(2)]
-    task = asyncio.create_task(lab.registry.run(calls))
+    lab, task = run_after_an_observer_flips_safety(initially=True)
 
     await lab.wait_started("c1")
     assert lab.starts() == ["c0", "c1"]
