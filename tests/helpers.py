@@ -7,6 +7,7 @@ for ``mcp_fixtures``). A helper only one file uses stays in that file.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import enum
 import re
@@ -224,6 +225,50 @@ ADD_PARAMETERS = {
     "required": ["a"],
     "additionalProperties": False,
 }
+
+
+def registry_with_policy(approved: list[str]) -> tr.ToolRegistry:
+    """The integrations' policy registry: ``write(path)`` asks the approver (which notes
+    the call id in ``approved`` and allows it once); ``delete(path)`` a guard denies with
+    "deleting is not allowed", so its body never runs."""
+
+    def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
+        approved.append(request.call_id)
+        return tr.ApprovalOutcome.ALLOWED_ONCE
+
+    registry = tr.ToolRegistry(approver=approver)
+
+    @registry.tool
+    def write(path: str) -> str:
+        """Write a file."""
+        return f"wrote {path}"
+
+    @registry.tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        raise AssertionError("a denied call never runs")
+
+    registry.pre_execute(lambda e, call_next: tr.Ask() if e.name == "write" else call_next())
+    registry.guard(lambda e: "deleting is not allowed" if e.name == "delete" else None)
+    return registry
+
+
+# The image ``looking_registry()``'s ``look`` returns, as base64.
+CAT_PNG = base64.b64encode(b"\x89PNG").decode()
+
+
+def looking_registry() -> tr.ToolRegistry:
+    """The integrations' image registry: ``look()`` returns the text "a cat" and
+    ``CAT_PNG``, and defers the context "remember the cat"."""
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    def look(ctx: tr.RunContext) -> list[tr.Content]:
+        """Look."""
+        ctx.defer_context("remember the cat")
+        return [tr.TextContent("a cat"), tr.ImageContent(CAT_PNG, "image/png")]
+
+    return registry
 
 
 def python_output(code: str) -> str:
