@@ -59,6 +59,24 @@ def tool_use(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
+def answering(reply: Message) -> tuple[anthropic.Anthropic, list[dict[str, Any]]]:
+    """A real SDK client whose transport answers every request with ``reply``, and the
+    list it notes each request's JSON body in."""
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        requests.append(json.loads(request.content))
+        return httpx2.Response(200, json=reply.model_dump(mode="json"))
+
+    sdk = anthropic.Anthropic(
+        api_key="test",
+        base_url="https://anthropic.test",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+    return sdk, requests
+
+
 def keys(cls: type) -> set[str]:
     return set(get_type_hints(cls))
 
@@ -240,19 +258,8 @@ def test_tool_result_blocks_rejects_what_is_not_a_call_or_a_result() -> None:
 
 async def test_a_step_round_trips_through_the_sdk_client() -> None:
     reg = adder_registry()
-    requests: list[dict[str, Any]] = []
     reply = message({"type": "text", "text": "Adding."}, tool_use("toolu_1", "add", {"a": 2}))
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        requests.append(json.loads(request.content))
-        return httpx2.Response(200, json=reply.model_dump(mode="json"))
-
-    sdk = anthropic.Anthropic(
-        api_key="test",
-        base_url="https://anthropic.test",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-        max_retries=0,
-    )
+    sdk, requests = answering(reply)
     tools = an.tools(reg.schemas())
     history: list[MessageParam] = [{"role": "user", "content": "2+5?"}]
     first = sdk.messages.create(model="claude-test", max_tokens=64, messages=history, tools=tools)
@@ -327,19 +334,7 @@ async def test_a_step_sends_deferred_contexts_after_the_tool_results() -> None:
         ctx.defer_context("Times are in UTC.")
         return "12:00"
 
-    requests: list[dict[str, Any]] = []
-    reply = message({"type": "text", "text": "Noon."})
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        requests.append(json.loads(request.content))
-        return httpx2.Response(200, json=reply.model_dump(mode="json"))
-
-    sdk = anthropic.Anthropic(
-        api_key="test",
-        base_url="https://anthropic.test",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-        max_retries=0,
-    )
+    sdk, requests = answering(message({"type": "text", "text": "Noon."}))
     assistant = message(tool_use("toolu_1", "now", {}))
     calls = an.calls_from_message(assistant)
     batch = await reg.run(calls)

@@ -44,6 +44,25 @@ def function_call(name: str, args: Any, call_id: str | None = None) -> dict[str,
     return {"function_call": call}
 
 
+def answering(reply: dict[str, Any]) -> tuple[genai.Client, list[dict[str, Any]]]:
+    """A real SDK client whose transport answers every request with ``reply`` (REST
+    JSON), and the list it notes each request's JSON body in."""
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        return httpx.Response(200, json=reply)
+
+    sdk = genai.Client(
+        api_key="test",
+        http_options=types.HttpOptions(
+            base_url="https://gemini.test",
+            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        ),
+    )
+    return sdk, requests
+
+
 def one_part(result: tr.ToolResult, call_id: str = "fc_1", **options: bool) -> dict[str, Any]:
     call = tr.ToolCall(call_id=call_id, name="t")
     [part] = gm.function_responses([call], [result], **options)
@@ -256,8 +275,7 @@ def test_function_responses_needs_exactly_one_result_per_call() -> None:
 
 async def test_a_step_round_trips_through_the_sdk_client() -> None:
     reg = adder_registry()
-    requests: list[dict[str, Any]] = []
-    reply = {
+    sdk, requests = answering({
         "candidates": [
             {
                 "content": {
@@ -267,19 +285,7 @@ async def test_a_step_round_trips_through_the_sdk_client() -> None:
                 "finishReason": "STOP",
             }
         ]
-    }
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        requests.append(json.loads(request.content))
-        return httpx.Response(200, json=reply)
-
-    sdk = genai.Client(
-        api_key="test",
-        http_options=types.HttpOptions(
-            base_url="https://gemini.test",
-            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
-        ),
-    )
+    })
     config: types.GenerateContentConfigDict = {
         "tools": [{"function_declarations": gm.function_declarations(reg.schemas())}]
     }
@@ -383,20 +389,8 @@ async def test_a_step_sends_deferred_contexts_in_the_function_response_turn() ->
         ctx.defer_context("Times are in UTC.")
         return "12:00"
 
-    requests: list[dict[str, Any]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        requests.append(json.loads(request.content))
-        return httpx.Response(200, json={"candidates": [{"content": {
-            "role": "model", "parts": [{"text": "Noon."}]}, "finishReason": "STOP"}]})
-
-    sdk = genai.Client(
-        api_key="test",
-        http_options=types.HttpOptions(
-            base_url="https://gemini.test",
-            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
-        ),
-    )
+    sdk, requests = answering({"candidates": [{"content": {
+        "role": "model", "parts": [{"text": "Noon."}]}, "finishReason": "STOP"}]})
     reply = response(function_call("now", {}, "fc_1"))
     calls = gm.calls_from_response(reply)
     batch = await reg.run(calls)
