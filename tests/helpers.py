@@ -7,6 +7,7 @@ for ``mcp_fixtures``). A helper only one file uses stays in that file.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import enum
 import re
@@ -188,6 +189,35 @@ def adder_registry() -> tr.ToolRegistry:
     return reg
 
 
+async def assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+    read: Callable[[tr.ToolRegistry, tr.ExecutionToken], list[tr.ToolCall]],
+) -> None:
+    """An adapter's calls read for a sub-agent carry its parent's token and scope.
+
+    A ``delegate`` tool on ``adder_registry()`` reads a sub-agent reply of two ``add``
+    calls (``a=1`` and ``a=2``) with ``read(registry, parent)``, which must pass
+    ``parent=parent, scope="sub"`` to the adapter, and runs them: they come back as
+    ``"6 7"``, and each is observed with the outer call's token and scope ``"sub"``,
+    the outer call itself with neither.
+    """
+    registry = adder_registry()
+    seen: list[tuple[tr.ExecutionToken | None, object]] = []
+    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
+    outer: list[tr.ExecutionToken] = []
+
+    @registry.tool
+    async def delegate(ctx: tr.RunContext) -> str:
+        """Hand two sums to a sub-agent."""
+        outer.append(ctx.token)
+        batch = await registry.run(read(registry, ctx.token))
+        return " ".join(result.text for result in batch.results)
+
+    result = await registry.execute(tr.ToolCall(call_id="outer", name="delegate"))
+
+    assert (result.is_error, result.value) == (False, "6 7")
+    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+
+
 # The parameters schema of ``adder_registry()``'s ``add``, as every adapter sends it.
 ADD_PARAMETERS = {
     "type": "object",
@@ -195,6 +225,50 @@ ADD_PARAMETERS = {
     "required": ["a"],
     "additionalProperties": False,
 }
+
+
+def registry_with_policy(approved: list[str]) -> tr.ToolRegistry:
+    """The integrations' policy registry: ``write(path)`` asks the approver (which notes
+    the call id in ``approved`` and allows it once); ``delete(path)`` a guard denies with
+    "deleting is not allowed", so its body never runs."""
+
+    def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
+        approved.append(request.call_id)
+        return tr.ApprovalOutcome.ALLOWED_ONCE
+
+    registry = tr.ToolRegistry(approver=approver)
+
+    @registry.tool
+    def write(path: str) -> str:
+        """Write a file."""
+        return f"wrote {path}"
+
+    @registry.tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        raise AssertionError("a denied call never runs")
+
+    registry.pre_execute(lambda e, call_next: tr.Ask() if e.name == "write" else call_next())
+    registry.guard(lambda e: "deleting is not allowed" if e.name == "delete" else None)
+    return registry
+
+
+# The image ``looking_registry()``'s ``look`` returns, as base64.
+CAT_PNG = base64.b64encode(b"\x89PNG").decode()
+
+
+def looking_registry() -> tr.ToolRegistry:
+    """The integrations' image registry: ``look()`` returns the text "a cat" and
+    ``CAT_PNG``, and defers the context "remember the cat"."""
+    registry = tr.ToolRegistry()
+
+    @registry.tool
+    def look(ctx: tr.RunContext) -> list[tr.Content]:
+        """Look."""
+        ctx.defer_context("remember the cat")
+        return [tr.TextContent("a cat"), tr.ImageContent(CAT_PNG, "image/png")]
+
+    return registry
 
 
 def python_output(code: str) -> str:

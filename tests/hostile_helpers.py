@@ -1,6 +1,7 @@
 """Set-up shared by test_hostile.py and test_hostile_middleware.py: objects whose
 ``__eq__``, ``__hash__``, ``__str__``, ``__repr__`` or iteration raise, and a ``Lab`` that
-runs one call of them, bounded.
+runs one call of them, bounded; with test_hostile_values.py too: ``at_stage``, which
+puts a function at one middleware stage, and ``NamedGuard``.
 
 Import as ``from hostile_helpers import ...``; helpers shared more widely are in
 helpers.py.
@@ -59,6 +60,35 @@ async def contained(awaitable: Awaitable[T]) -> T:
 def anything(value: object) -> Any:
     """Hand a deliberately ill-typed value to an API (the point of these tests)."""
     return value
+
+
+def at_stage(registry: tr.ToolRegistry, stage: str, fn: Callable[..., Any]) -> None:
+    """Put ``fn`` at ``stage`` of ``registry``: the "pre", "around" or "post" middleware,
+    or the "approver" (behind a pre-execute that asks, so that it is reached)."""
+    if stage == "pre":
+        registry.pre_execute(fn)
+    elif stage == "around":
+        registry.around_execute(fn)
+    elif stage == "post":
+        registry.post_execute(fn)
+    elif stage == "approver":
+        registry.pre_execute(lambda e, n: tr.Ask())
+        registry.approver = fn
+    else:
+        raise ValueError(f"no middleware stage {stage!r}")
+
+
+class NamedGuard:
+    """A guard whose verdict is ``verdict()`` and whose repr is ``<named guard>``."""
+
+    def __init__(self, verdict: Callable[[], Any]) -> None:
+        self.verdict = verdict
+
+    def __call__(self, execution: tr.Execution) -> Any:
+        return self.verdict()
+
+    def __repr__(self) -> str:
+        return "<named guard>"
 
 
 def make_tool(execute: Body, **options: Any) -> tr.Tool:

@@ -284,17 +284,18 @@ async def test_a_call_whose_own_signal_already_fired_is_the_only_one_aborted_bef
 # ---- cancellation while a call is being prepared ------------------------------------------
 
 
-async def test_a_pre_execute_that_cancels_the_batch_and_allows_aborts_its_call_before_dispatch() -> (  # noqa: E501
-    None
-):
-    lab = Lab()
+async def stream_where_c1s_pre_execute_cancels(
+    lab: Lab, decision: tr.PreDecision
+) -> list[tr.Committed]:
+    """Stream c0, c1 and c2; c1's pre-execute waits for c0 to start, cancels the batch
+    and returns ``decision``. Every item, in model order."""
     controller = tr.CancelController()
 
     async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
         if execution.call_id == "c1":
             await lab.wait_started("c0")
             controller.cancel()
-            return tr.Allow()
+            return decision
         return await call_next()
 
     lab.registry.pre_execute(pre)
@@ -302,7 +303,15 @@ async def test_a_pre_execute_that_cancels_the_batch_and_allows_aborts_its_call_b
 
     stream = lab.registry.stream(calls, signal=controller.signal)
     async with contextlib.aclosing(stream):
-        items = [item async for item in stream]
+        return [item async for item in stream]
+
+
+async def test_a_pre_execute_that_cancels_the_batch_and_allows_aborts_its_call_before_dispatch() -> (  # noqa: E501
+    None
+):
+    lab = Lab()
+
+    items = await stream_where_c1s_pre_execute_cancels(lab, tr.Allow())
 
     assert [item.started for item in items] == [True, False, False]
     assert_aborted(items[0].result)
@@ -317,21 +326,8 @@ async def test_a_pre_execute_that_cancels_the_batch_and_allows_aborts_its_call_b
 
 async def test_a_pre_execute_that_cancels_the_batch_and_denies_keeps_its_denial() -> None:
     lab = Lab()
-    controller = tr.CancelController()
 
-    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-        if execution.call_id == "c1":
-            await lab.wait_started("c0")
-            controller.cancel()
-            return tr.Deny("not now")
-        return await call_next()
-
-    lab.registry.pre_execute(pre)
-    calls = [call(0), call(1), call(2)]
-
-    stream = lab.registry.stream(calls, signal=controller.signal)
-    async with contextlib.aclosing(stream):
-        items = [item async for item in stream]
+    items = await stream_where_c1s_pre_execute_cancels(lab, tr.Deny("not now"))
 
     assert [item.started for item in items] == [True, True, False]
     assert_aborted(items[0].result)

@@ -27,7 +27,12 @@ from anthropic.types import (
 from pydantic import TypeAdapter
 
 import toolrail as tr
-from helpers import ADD_PARAMETERS, adder_registry, python_output
+from helpers import (
+    ADD_PARAMETERS,
+    adder_registry,
+    assert_a_sub_agents_calls_carry_the_parent_token_and_scope,
+    python_output,
+)
 from toolrail.adapters import anthropic as an
 
 PNG = tr.ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
@@ -52,6 +57,24 @@ def message(*content: dict[str, Any]) -> Message:
 
 def tool_use(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+
+def answering(reply: Message) -> tuple[anthropic.Anthropic, list[dict[str, Any]]]:
+    """A real SDK client whose transport answers every request with ``reply``, and the
+    list it notes each request's JSON body in."""
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        requests.append(json.loads(request.content))
+        return httpx2.Response(200, json=reply.model_dump(mode="json"))
+
+    sdk = anthropic.Anthropic(
+        api_key="test",
+        base_url="https://anthropic.test",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+    return sdk, requests
 
 
 def keys(cls: type) -> set[str]:
@@ -104,24 +127,11 @@ def test_calls_from_message_reads_the_tool_use_blocks_in_order() -> None:
 
 
 async def test_a_sub_agents_tool_use_blocks_carry_the_parent_token_and_scope() -> None:
-    registry = adder_registry()
-    seen: list[tuple[tr.ExecutionToken | None, object]] = []
-    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
-    outer: list[tr.ExecutionToken] = []
     sub_reply = message(tool_use("toolu_9", "add", {"a": 1}), tool_use("toolu_10", "add", {"a": 2}))
 
-    @registry.tool
-    async def delegate(ctx: tr.RunContext) -> str:
-        """Hand two sums to a sub-agent."""
-        outer.append(ctx.token)
-        calls = an.calls_from_message(sub_reply, parent=ctx.token, scope="sub")
-        batch = await registry.run(calls)
-        return " ".join(result.text for result in batch.results)
-
-    result = await registry.execute(tr.ToolCall(call_id="toolu_1", name="delegate"))
-
-    assert (result.is_error, result.value) == (False, "6 7")
-    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    await assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+        lambda registry, parent: an.calls_from_message(sub_reply, parent=parent, scope="sub")
+    )
     assert [c.parent for c in an.calls_from_message(sub_reply)] == [None, None]
 
 
@@ -248,19 +258,8 @@ def test_tool_result_blocks_rejects_what_is_not_a_call_or_a_result() -> None:
 
 async def test_a_step_round_trips_through_the_sdk_client() -> None:
     reg = adder_registry()
-    requests: list[dict[str, Any]] = []
     reply = message({"type": "text", "text": "Adding."}, tool_use("toolu_1", "add", {"a": 2}))
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        requests.append(json.loads(request.content))
-        return httpx2.Response(200, json=reply.model_dump(mode="json"))
-
-    sdk = anthropic.Anthropic(
-        api_key="test",
-        base_url="https://anthropic.test",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-        max_retries=0,
-    )
+    sdk, requests = answering(reply)
     tools = an.tools(reg.schemas())
     history: list[MessageParam] = [{"role": "user", "content": "2+5?"}]
     first = sdk.messages.create(model="claude-test", max_tokens=64, messages=history, tools=tools)
@@ -335,19 +334,7 @@ async def test_a_step_sends_deferred_contexts_after_the_tool_results() -> None:
         ctx.defer_context("Times are in UTC.")
         return "12:00"
 
-    requests: list[dict[str, Any]] = []
-    reply = message({"type": "text", "text": "Noon."})
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        requests.append(json.loads(request.content))
-        return httpx2.Response(200, json=reply.model_dump(mode="json"))
-
-    sdk = anthropic.Anthropic(
-        api_key="test",
-        base_url="https://anthropic.test",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-        max_retries=0,
-    )
+    sdk, requests = answering(message({"type": "text", "text": "Noon."}))
     assistant = message(tool_use("toolu_1", "now", {}))
     calls = an.calls_from_message(assistant)
     batch = await reg.run(calls)

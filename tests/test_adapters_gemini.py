@@ -19,7 +19,12 @@ from google import genai
 from google.genai import types
 
 import toolrail as tr
-from helpers import ADD_PARAMETERS, adder_registry, python_output
+from helpers import (
+    ADD_PARAMETERS,
+    adder_registry,
+    assert_a_sub_agents_calls_carry_the_parent_token_and_scope,
+    python_output,
+)
 from toolrail.adapters import gemini as gm
 
 PNG = tr.ImageContent(data=base64.b64encode(b"\x89PNG").decode(), mime_type="image/png")
@@ -37,6 +42,25 @@ def function_call(name: str, args: Any, call_id: str | None = None) -> dict[str,
     if call_id is not None:
         call["id"] = call_id
     return {"function_call": call}
+
+
+def answering(reply: dict[str, Any]) -> tuple[genai.Client, list[dict[str, Any]]]:
+    """A real SDK client whose transport answers every request with ``reply`` (REST
+    JSON), and the list it notes each request's JSON body in."""
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        return httpx.Response(200, json=reply)
+
+    sdk = genai.Client(
+        api_key="test",
+        http_options=types.HttpOptions(
+            base_url="https://gemini.test",
+            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        ),
+    )
+    return sdk, requests
 
 
 def one_part(result: tr.ToolResult, call_id: str = "fc_1", **options: bool) -> dict[str, Any]:
@@ -98,24 +122,11 @@ def test_calls_from_response_reads_the_function_calls_with_their_ids() -> None:
 
 
 async def test_a_sub_agents_function_calls_carry_the_parent_token_and_scope() -> None:
-    registry = adder_registry()
-    seen: list[tuple[tr.ExecutionToken | None, object]] = []
-    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
-    outer: list[tr.ExecutionToken] = []
     sub_reply = response(function_call("add", {"a": 1}, "fc_9"), function_call("add", {"a": 2}))
 
-    @registry.tool
-    async def delegate(ctx: tr.RunContext) -> str:
-        """Hand two sums to a sub-agent."""
-        outer.append(ctx.token)
-        calls = gm.calls_from_response(sub_reply, parent=ctx.token, scope="sub")
-        batch = await registry.run(calls)
-        return " ".join(result.text for result in batch.results)
-
-    result = await registry.execute(tr.ToolCall(call_id="fc_1", name="delegate"))
-
-    assert (result.is_error, result.value) == (False, "6 7")
-    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    await assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+        lambda registry, parent: gm.calls_from_response(sub_reply, parent=parent, scope="sub")
+    )
     assert [c.parent for c in gm.calls_from_response(sub_reply)] == [None, None]
 
 
@@ -264,8 +275,7 @@ def test_function_responses_needs_exactly_one_result_per_call() -> None:
 
 async def test_a_step_round_trips_through_the_sdk_client() -> None:
     reg = adder_registry()
-    requests: list[dict[str, Any]] = []
-    reply = {
+    sdk, requests = answering({
         "candidates": [
             {
                 "content": {
@@ -275,19 +285,7 @@ async def test_a_step_round_trips_through_the_sdk_client() -> None:
                 "finishReason": "STOP",
             }
         ]
-    }
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        requests.append(json.loads(request.content))
-        return httpx.Response(200, json=reply)
-
-    sdk = genai.Client(
-        api_key="test",
-        http_options=types.HttpOptions(
-            base_url="https://gemini.test",
-            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
-        ),
-    )
+    })
     config: types.GenerateContentConfigDict = {
         "tools": [{"function_declarations": gm.function_declarations(reg.schemas())}]
     }
@@ -391,20 +389,8 @@ async def test_a_step_sends_deferred_contexts_in_the_function_response_turn() ->
         ctx.defer_context("Times are in UTC.")
         return "12:00"
 
-    requests: list[dict[str, Any]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        requests.append(json.loads(request.content))
-        return httpx.Response(200, json={"candidates": [{"content": {
-            "role": "model", "parts": [{"text": "Noon."}]}, "finishReason": "STOP"}]})
-
-    sdk = genai.Client(
-        api_key="test",
-        http_options=types.HttpOptions(
-            base_url="https://gemini.test",
-            httpx_client=httpx.Client(transport=httpx.MockTransport(handler)),
-        ),
-    )
+    sdk, requests = answering({"candidates": [{"content": {
+        "role": "model", "parts": [{"text": "Noon."}]}, "finishReason": "STOP"}]})
     reply = response(function_call("now", {}, "fc_1"))
     calls = gm.calls_from_response(reply)
     batch = await reg.run(calls)

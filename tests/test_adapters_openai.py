@@ -40,7 +40,10 @@ from openai.types.shared_params import FunctionDefinition
 from pydantic import TypeAdapter
 
 import toolrail as tr
-from helpers import adder_registry, python_output
+from helpers import (
+    assert_a_sub_agents_calls_carry_the_parent_token_and_scope,
+    python_output,
+)
 from openai_helpers import (
     PNG,
     SVG,
@@ -220,26 +223,15 @@ def test_calls_from_chat_binds_every_call_to_the_given_scope() -> None:
 
 
 async def test_a_sub_agents_chat_calls_carry_the_parent_token_and_scope() -> None:
-    registry = adder_registry()
-    seen: list[tuple[tr.ExecutionToken | None, object]] = []
-    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
-    outer: list[tr.ExecutionToken] = []
     sub_reply = chat_message(("call_9", "add", '{"a": 1}'),
                              ("call_10", "add", '{"a": 2, "b": null}'))
 
-    @registry.tool
-    async def delegate(ctx: tr.RunContext) -> str:
-        """Hand two sums to a sub-agent."""
-        outer.append(ctx.token)
-        calls = oa.calls_from_chat(sub_reply, parent=ctx.token, scope="sub",
-                                   schemas=registry.schemas("sub"))
-        batch = await registry.run(calls)
-        return " ".join(result.text for result in batch.results)
-
-    result = await registry.execute(tr.ToolCall(call_id="call_1", name="delegate"))
-
-    assert (result.is_error, result.value) == (False, "6 7")  # the null b is absent: 1+5, 2+5
-    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    # With the schemas the null b is absent, so the sums are 1+5 and 2+5: "6 7".
+    await assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+        lambda registry, parent: oa.calls_from_chat(
+            sub_reply, parent=parent, scope="sub", schemas=registry.schemas("sub")
+        )
+    )
 
 
 def test_calls_from_chat_and_from_response_leave_parent_none_by_default() -> None:
@@ -255,25 +247,12 @@ def test_calls_from_chat_and_from_response_leave_parent_none_by_default() -> Non
 
 
 async def test_a_sub_agents_response_calls_carry_the_parent_token_and_scope() -> None:
-    registry = adder_registry()
-    seen: list[tuple[tr.ExecutionToken | None, object]] = []
-    registry.on_result(lambda execution, result: seen.append((execution.parent, execution.scope)))
-    outer: list[tr.ExecutionToken] = []
     sub_reply = response(function_call("call_9", "add", '{"a": 1}'),
                          function_call("call_10", "add", '{"a": 2}'))
 
-    @registry.tool
-    async def delegate(ctx: tr.RunContext) -> str:
-        """Hand two sums to a sub-agent."""
-        outer.append(ctx.token)
-        calls = oa.calls_from_response(sub_reply, parent=ctx.token, scope="sub")
-        batch = await registry.run(calls)
-        return " ".join(result.text for result in batch.results)
-
-    result = await registry.execute(tr.ToolCall(call_id="call_1", name="delegate"))
-
-    assert (result.is_error, result.value) == (False, "6 7")
-    assert seen == [(outer[0], "sub"), (outer[0], "sub"), (None, None)]
+    await assert_a_sub_agents_calls_carry_the_parent_token_and_scope(
+        lambda registry, parent: oa.calls_from_response(sub_reply, parent=parent, scope="sub")
+    )
 
 
 def test_calls_keep_arguments_that_a_compatible_server_sent_already_parsed() -> None:

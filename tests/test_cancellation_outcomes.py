@@ -41,6 +41,21 @@ async def _committed(how: str, registry: tr.ToolRegistry,
 HOW = ["execute", "run", "stream"]
 
 
+async def committed_once_cancelled(
+    how: str, execute: Any, started: asyncio.Event
+) -> tuple[tr.ToolResult, bool | None]:
+    """The one call of ``t`` (whose ``execute`` sets ``started``), committed ``how``, with
+    a signal that fires once ``started`` is set."""
+    registry = tr.ToolRegistry()
+    registry.register(raw_tool("t", execute))
+    controller = tr.CancelController()
+    task = asyncio.ensure_future(_committed(how, registry, controller.signal))
+    await within(until(started))
+    controller.cancel()
+    [committed] = await within(task)
+    return committed
+
+
 @pytest.mark.parametrize("how", HOW)
 async def test_a_sync_callable_returning_a_coroutine_is_interrupted_and_aborted(how: str) -> None:
     started = asyncio.Event()
@@ -50,13 +65,9 @@ async def test_a_sync_callable_returning_a_coroutine_is_interrupted_and_aborted(
         await wait_forever()
         return "never"
 
-    registry = tr.ToolRegistry()
-    registry.register(raw_tool("t", lambda arguments, ctx: work(arguments)))
-    controller = tr.CancelController()
-    task = asyncio.ensure_future(_committed(how, registry, controller.signal))
-    await within(until(started))
-    controller.cancel()
-    [(result, started_flag)] = await within(task)
+    result, started_flag = await committed_once_cancelled(
+        how, lambda arguments, ctx: work(arguments), started
+    )
     assert_error(result, ABORTED, "ABORTED", "ToolAbortedError")
     assert started_flag in (None, True)
 
@@ -144,11 +155,5 @@ async def test_a_body_that_fails_once_interrupted_is_still_aborted(how: str) -> 
             raise RuntimeError("cleanup failed") from None
         return "never"
 
-    registry = tr.ToolRegistry()
-    registry.register(raw_tool("t", body))
-    controller = tr.CancelController()
-    task = asyncio.ensure_future(_committed(how, registry, controller.signal))
-    await within(until(started))
-    controller.cancel()
-    [(result, _)] = await within(task)
+    result, _ = await committed_once_cancelled(how, body, started)
     assert_error(result, ABORTED, "ABORTED", "ToolAbortedError")

@@ -7,7 +7,7 @@ Every test proves ordering with ``asyncio.Event`` gates and bounds its waits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -192,15 +192,15 @@ async def test_assigning_the_signal_outside_around_execute_raises_attribute_erro
 # ---- approval ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("approver_does", ["re-raises", "allows once", "rejects"])
-async def test_a_pending_approver_is_cancelled_and_awaited_when_the_signal_fires(
+def pending_approver(
+    started: asyncio.Event,
+    approver_saw: list[str],
     approver_does: str,
-) -> None:
-    started = asyncio.Event()
-    approver_saw: list[str] = []
-    requests: list[tr.ApprovalRequest] = []
-    ran: list[str] = []
-    controller = tr.CancelController()
+    requests: list[tr.ApprovalRequest],
+) -> Callable[[tr.ApprovalRequest], Awaitable[tr.ApprovalOutcome]]:
+    """An approver that notes its request, opens ``started`` and waits; cancelled, it
+    notes "CancelledError", takes a turn, notes "finished", then does as
+    ``approver_does`` says: "re-raises", "rejects" or "allows once"."""
 
     async def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
         requests.append(request)
@@ -216,6 +216,20 @@ async def test_a_pending_approver_is_cancelled_and_awaited_when_the_signal_fires
             if approver_does == "rejects":
                 return tr.ApprovalOutcome.REJECTED
         return tr.ApprovalOutcome.ALLOWED_ONCE
+
+    return approver
+
+
+@pytest.mark.parametrize("approver_does", ["re-raises", "allows once", "rejects"])
+async def test_a_pending_approver_is_cancelled_and_awaited_when_the_signal_fires(
+    approver_does: str,
+) -> None:
+    started = asyncio.Event()
+    approver_saw: list[str] = []
+    requests: list[tr.ApprovalRequest] = []
+    ran: list[str] = []
+    controller = tr.CancelController()
+    approver = pending_approver(started, approver_saw, approver_does, requests)
 
     registry = registry_for(logging_body(ran), approver=approver)
     registry.pre_execute(lambda execution, call_next: tr.Ask("may I?"))
@@ -243,18 +257,7 @@ async def test_cancelling_the_task_cancels_and_awaits_a_pending_approver(
     approver_saw: list[str] = []
     ran: list[str] = []
     controller = tr.CancelController()
-
-    async def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
-        started.set()
-        try:
-            await wait_forever()
-        except asyncio.CancelledError:
-            approver_saw.append("CancelledError")
-            await one_turn()
-            approver_saw.append("finished")
-            if approver_does == "re-raises":
-                raise
-        return tr.ApprovalOutcome.ALLOWED_ONCE
+    approver = pending_approver(started, approver_saw, approver_does, [])
 
     registry = registry_for(logging_body(ran), approver=approver)
     registry.pre_execute(lambda execution, call_next: tr.Ask())

@@ -15,6 +15,7 @@ import pytest
 
 import toolrail as tr
 from cancellation_helpers import (
+    Body,
     execute_until,
     make_call,
     make_tool,
@@ -30,6 +31,24 @@ from helpers import (
 )
 
 # ---- asyncio cancellation of the task running execute -------------------------------------
+
+
+Observed = list[tuple[tr.Execution, tr.ToolResult]]
+
+
+async def cancel_the_task_once_started(
+    body: Body, started: asyncio.Event, with_signal: bool
+) -> tuple[asyncio.Task[tr.ToolResult], Observed, tr.CancelSignal]:
+    """Execute a call of ``body`` (with a caller's signal when ``with_signal``), cancel
+    the task once ``body`` has set ``started``, and wait for it: the task, what the
+    observer saw, and the caller's signal."""
+    registry = registry_for(body)
+    seen = observe(registry)
+    caller = tr.CancelController()
+
+    task = await execute_until(registry, started, caller.signal if with_signal else None)
+    await task_cancelled(task)
+    return task, seen, caller.signal
 
 
 @pytest.mark.parametrize("with_signal", [False, True])
@@ -48,17 +67,12 @@ async def test_cancelling_the_task_interrupts_the_body_and_propagates(with_signa
             raise
         return "finished anyway"
 
-    registry = registry_for(body)
-    seen = observe(registry)
-    caller = tr.CancelController()
-
-    task = await execute_until(registry, started, caller.signal if with_signal else None)
-    await task_cancelled(task)
+    task, seen, caller_signal = await cancel_the_task_once_started(body, started, with_signal)
 
     assert task.cancelled()
     assert body_saw == ["CancelledError", "cleaned up"]
     assert seen == []
-    assert caller.signal.cancelled is False
+    assert caller_signal.cancelled is False
 
 
 @pytest.mark.parametrize("with_signal", [False, True])
@@ -77,11 +91,7 @@ async def test_cancelling_the_task_fires_the_interrupt_body_signal_with_reason_c
             raise
         return "finished anyway"
 
-    registry = registry_for(body)
-    caller = tr.CancelController()
-
-    task = await execute_until(registry, started, caller.signal if with_signal else None)
-    await task_cancelled(task)
+    task, _, _ = await cancel_the_task_once_started(body, started, with_signal)
 
     assert task.cancelled()
     assert body_saw == [(True, "cancelled")]
@@ -99,12 +109,7 @@ async def test_a_task_cancellation_the_body_swallows_still_propagates(with_signa
             return "swallowed"
         return "finished anyway"
 
-    registry = registry_for(body)
-    seen = observe(registry)
-    caller = tr.CancelController()
-
-    task = await execute_until(registry, started, caller.signal if with_signal else None)
-    await task_cancelled(task)
+    task, seen, _ = await cancel_the_task_once_started(body, started, with_signal)
 
     assert task.cancelled(), f"execute returned {task.result()!r}"
     assert seen == []

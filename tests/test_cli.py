@@ -54,50 +54,55 @@ def target(tmp_path: Path) -> str:
     return f"{path}:registry"
 
 
-def test_demo_runs_non_interactively_and_shows_every_stage() -> None:
-    done = _toolrail("demo")
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    for expected in (
-        "call_2 read_file: ok toolrail runs tool calls in model order",
-        "approve write_file {'path': 'summary.md', 'text': '3 notes, 2 todos'}?  y "
-        "(auto-approved)",
-        "call_4 write_file: ok wrote 16 characters to summary.md",
-        "call_7 read_file: DENIED Error: ../../etc/passwd is outside the workspace",
-        "call_8 fetch: TOOL_TIMEOUT Error: tool call timed out after 0.3s",
-        'call_9 read_file: INVALID_ARGS Error: invalid arguments: "arguments" must be an object',
-        "the user pressed stop",
-        "call_11 slow_count: ABORTED Error: tool call aborted",
-        "call_12 word_count: ABORTED_BEFORE_DISPATCH Error: tool call aborted before dispatch",
-        "model: The workspace is summarized in summary.md.",
-        "parallel speed-up",
-        "tool messages for the model │ 12",
-    ):
-        assert expected in out, expected
-    assert done.stderr == ""
+DEMO_SHOWS_EVERY_STAGE = (
+    "call_2 read_file: ok toolrail runs tool calls in model order",
+    "approve write_file {'path': 'summary.md', 'text': '3 notes, 2 todos'}?  y "
+    "(auto-approved)",
+    "call_4 write_file: ok wrote 16 characters to summary.md",
+    "call_7 read_file: DENIED Error: ../../etc/passwd is outside the workspace",
+    "call_8 fetch: TOOL_TIMEOUT Error: tool call timed out after 0.3s",
+    'call_9 read_file: INVALID_ARGS Error: invalid arguments: "arguments" must be an object',
+    "the user pressed stop",
+    "call_11 slow_count: ABORTED Error: tool call aborted",
+    "call_12 word_count: ABORTED_BEFORE_DISPATCH Error: tool call aborted before dispatch",
+    "model: The workspace is summarized in summary.md.",
+    "parallel speed-up",
+    "tool messages for the model │ 12",
+)
 
 
-def test_demo_code_runs_the_task_as_one_run_code_step_and_shows_its_nested_calls() -> None:
-    done = _toolrail("demo", "--code")
+# --code runs the task as one run_code step and shows its nested calls.
+DEMO_CODE_SHOWS_THE_NESTED_CALLS = (
+    "one registry in code mode",
+    "approve write_file {'path': 'summary.md', 'text': '3 notes, 2 todos'}?  y "
+    "(auto-approved)",
+    "call_1.1 list_files (nested): ok",
+    "call_1.2 read_file (nested): ok toolrail runs tool calls in model order",
+    "call_1.3 read_file (nested): ok write the summary",
+    "call_1.4 write_file (nested): ok wrote 16 characters to summary.md",
+    "call_1.5 word_count (nested): ok 4",
+    "call_1.8 read_file (nested): DENIED Error: ../../etc/passwd is outside the workspace",
+    'call_1 run_code: ok refused: tool "read_file" failed (DENIED)',
+    'result: {"files": ["notes.md", "todo.md"], "summary": "3 notes, 2 todos", '
+    '"words": [4, 13, 6]}',
+    "model: The workspace is summarized in summary.md.",
+    "tool calls                  │ 9",
+    "tool messages for the model │ 1",
+)
+
+
+@pytest.mark.parametrize(("args", "shown"), [
+    pytest.param(("demo",), DEMO_SHOWS_EVERY_STAGE, id="demo-shows-every-stage"),
+    pytest.param(("demo", "--code"), DEMO_CODE_SHOWS_THE_NESTED_CALLS,
+                 id="demo-code-one-run-code-step-with-its-nested-calls"),
+])
+def test_the_demo_runs_non_interactively_and_shows_what_it_did(
+    args: tuple[str, ...], shown: tuple[str, ...]
+) -> None:
+    done = _toolrail(*args)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for expected in (
-        "one registry in code mode",
-        "approve write_file {'path': 'summary.md', 'text': '3 notes, 2 todos'}?  y "
-        "(auto-approved)",
-        "call_1.1 list_files (nested): ok",
-        "call_1.2 read_file (nested): ok toolrail runs tool calls in model order",
-        "call_1.3 read_file (nested): ok write the summary",
-        "call_1.4 write_file (nested): ok wrote 16 characters to summary.md",
-        "call_1.5 word_count (nested): ok 4",
-        "call_1.8 read_file (nested): DENIED Error: ../../etc/passwd is outside the workspace",
-        'call_1 run_code: ok refused: tool "read_file" failed (DENIED)',
-        'result: {"files": ["notes.md", "todo.md"], "summary": "3 notes, 2 todos", '
-        '"words": [4, 13, 6]}',
-        "model: The workspace is summarized in summary.md.",
-        "tool calls                  │ 9",
-        "tool messages for the model │ 1",
-    ):
+    for expected in shown:
         assert expected in out, expected
     assert done.stderr == ""
 

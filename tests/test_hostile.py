@@ -32,6 +32,7 @@ from hostile_helpers import (
     T,
     anything,
     assert_error,
+    at_stage,
     boom,
     call,
     contained,
@@ -265,18 +266,10 @@ def failing_at(stage: str, exc: Callable[[], BaseException]) -> Lab:
         return "ok"
 
     lab = Lab(body, finalize_content=fail if stage == "finalize" else None)
-    registry = lab.registry
-    if stage == "pre":
-        registry.pre_execute(async_fail)
-    elif stage == "guard":
-        registry.guard(fail)
-    elif stage == "approver":
-        registry.pre_execute(lambda e, n: tr.Ask())
-        registry.approver = async_fail
-    elif stage == "around":
-        registry.around_execute(async_fail)
-    elif stage == "post":
-        registry.post_execute(async_fail)
+    if stage == "guard":
+        lab.registry.guard(fail)
+    elif stage not in ("body", "finalize"):
+        at_stage(lab.registry, stage, async_fail)
     return lab
 
 

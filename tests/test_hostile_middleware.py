@@ -23,8 +23,10 @@ from hostile_helpers import (
     HostileList,
     HostileStr,
     Lab,
+    NamedGuard,
     anything,
     assert_error,
+    at_stage,
     call,
     contained,
 )
@@ -222,17 +224,6 @@ async def test_post_execute_returning_hostile_decisions_is_an_error_result(
         assert_error(result, message, code, kind)
 
 
-class NamedGuard:
-    def __init__(self, verdict: Callable[[], Any]) -> None:
-        self.verdict = verdict
-
-    def __call__(self, execution: tr.Execution) -> Any:
-        return self.verdict()
-
-    def __repr__(self) -> str:
-        return "<named guard>"
-
-
 async def test_a_guard_returning_a_hostile_object_is_a_final_error() -> None:
     lab = Lab()
     lab.registry.guard(NamedGuard(Hostile))
@@ -326,18 +317,8 @@ def returning(stage: str, garbage: Callable[[], Any], *, awaited: bool) -> Lab:
     async def wrapped(*args: object) -> Any:
         return garbage()
 
-    fn = wrapped if awaited else plain
     lab = Lab()
-    registry = lab.registry
-    if stage == "pre":
-        registry.pre_execute(fn)
-    elif stage == "around":
-        registry.around_execute(fn)
-    elif stage == "post":
-        registry.post_execute(fn)
-    else:
-        registry.pre_execute(lambda e, n: tr.Ask())
-        registry.approver = fn
+    at_stage(lab.registry, stage, wrapped if awaited else plain)
     return lab
 
 

@@ -22,6 +22,7 @@ import pytest
 from pydantic import AfterValidator
 
 import toolrail as tr
+from hostile_helpers import NamedGuard, at_stage
 
 CallNext = Callable[[], Awaitable[tr.ToolResult]]
 Body = Callable[[tr.JsonValue, tr.RunContext], Any]
@@ -373,17 +374,6 @@ APPROVER = "approver returned an invalid outcome: {}"
 FINALIZE = "finalize_content returned {}, not None or a sequence of Content"
 
 
-class NamedGuard:
-    def __init__(self, verdict: Callable[[], Any]) -> None:
-        self.verdict = verdict
-
-    def __call__(self, execution: tr.Execution) -> Any:
-        return self.verdict()
-
-    def __repr__(self) -> str:
-        return "<guard>"
-
-
 def returning(stage: str, out: Callable[[], Any], awaited: bool = False) -> Lab:
     """A lab whose ``stage`` returns ``out()`` (from a coroutine when ``awaited``)."""
 
@@ -397,18 +387,10 @@ def returning(stage: str, out: Callable[[], Any], awaited: bool = False) -> Lab:
     if stage == "finalize":
         return Lab(finalize_content=fn)
     lab = Lab()
-    registry = lab.registry
-    if stage == "pre":
-        registry.pre_execute(fn)
-    elif stage == "around":
-        registry.around_execute(fn)
-    elif stage == "post":
-        registry.post_execute(fn)
-    elif stage == "guard":
-        registry.guard(NamedGuard(out))
+    if stage == "guard":
+        lab.registry.guard(NamedGuard(out))
     else:
-        registry.pre_execute(lambda e, n: tr.Ask())
-        registry.approver = fn
+        at_stage(lab.registry, stage, fn)
     return lab
 
 
@@ -429,7 +411,7 @@ RETURNS: dict[str, tuple[str, Callable[[], Any], str]] = {
                             POST.format("Accept(content=[<opaque>])")),
     "post accept contexts": ("post", lambda: tr.Accept(contexts=anything(Opaque())),
                              POST.format("Accept(contexts=<opaque>)")),
-    "guard object": ("guard", Opaque, "guard <guard> returned <opaque>; a guard returns a "
+    "guard object": ("guard", Opaque, "guard <named guard> returned <opaque>; a guard returns a "
                      "reason string to deny or None to abstain"),
     "approver object": ("approver", Opaque, APPROVER.format("<opaque>")),
     "approver unhashable kind": ("approver", UnhashableKind,
@@ -545,18 +527,10 @@ def raising(stage: str, exc: Callable[[], Exception]) -> Lab:
     if stage == "finalize":
         return Lab(finalize_content=fail)
     lab = Lab()
-    registry = lab.registry
-    if stage == "pre":
-        registry.pre_execute(async_fail)
-    elif stage == "guard":
-        registry.guard(fail)
-    elif stage == "approver":
-        registry.pre_execute(lambda e, n: tr.Ask())
-        registry.approver = async_fail
-    elif stage == "around":
-        registry.around_execute(async_fail)
+    if stage == "guard":
+        lab.registry.guard(fail)
     else:
-        registry.post_execute(async_fail)
+        at_stage(lab.registry, stage, async_fail)
     return lab
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 import toolrail as tr
-from helpers import until, within
+from helpers import CAT_PNG, looking_registry, registry_with_policy, until, within
 from toolrail.integrations.langchain import ToolrailTool, tool_node, tools
 
 
@@ -34,28 +33,6 @@ async def agent_loop(model: GenericFakeChatModel, by_name: dict[str, ToolrailToo
         messages += await asyncio.gather(
             *(by_name[c["name"]].ainvoke({**c, "type": "tool_call"}) for c in reply.tool_calls)
         )
-
-
-def registry_with_policy(approved: list[str]) -> tr.ToolRegistry:
-    def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
-        approved.append(request.call_id)
-        return tr.ApprovalOutcome.ALLOWED_ONCE
-
-    registry = tr.ToolRegistry(approver=approver)
-
-    @registry.tool
-    def write(path: str) -> str:
-        """Write a file."""
-        return f"wrote {path}"
-
-    @registry.tool
-    def delete(path: str) -> str:
-        """Delete a file."""
-        raise AssertionError("a denied call never runs")
-
-    registry.pre_execute(lambda e, call_next: tr.Ask() if e.name == "write" else call_next())
-    registry.guard(lambda e: "deleting is not allowed" if e.name == "delete" else None)
-    return registry
 
 
 def test_tools_carry_the_scopes_schemas() -> None:
@@ -120,19 +97,12 @@ async def test_a_fake_model_loop_runs_calls_in_parallel_with_approval_and_guard(
 
 
 async def test_images_and_contexts_become_standard_content_blocks() -> None:
-    registry = tr.ToolRegistry()
-    png = base64.b64encode(b"\x89PNG").decode()
-
-    @registry.tool
-    def look(ctx: tr.RunContext) -> list[tr.Content]:
-        """Look."""
-        ctx.defer_context("remember the cat")
-        return [tr.TextContent("a cat"), tr.ImageContent(png, "image/png")]
+    registry = looking_registry()
 
     message = await tools(registry)[0].ainvoke(tool_call("l", "look"))
     assert message.content == [
         {"type": "text", "text": "a cat"},
-        {"type": "image", "base64": png, "mime_type": "image/png"},
+        {"type": "image", "base64": CAT_PNG, "mime_type": "image/png"},
         {"type": "text", "text": "remember the cat"},
     ]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -19,7 +18,14 @@ from openai.types.responses import (
 )
 
 import toolrail as tr
-from helpers import exactly, until, within
+from helpers import (
+    CAT_PNG,
+    exactly,
+    looking_registry,
+    registry_with_policy,
+    until,
+    within,
+)
 from toolrail.integrations.openai_agents import function_tools
 
 
@@ -126,25 +132,7 @@ async def test_runner_calls_run_in_parallel_with_the_sdks_call_ids() -> None:
 
 async def test_approval_guard_and_errors_reach_the_model_as_tool_output() -> None:
     asked: list[str] = []
-
-    def approver(request: tr.ApprovalRequest) -> str:
-        asked.append(request.call_id)
-        return "allowed-once"
-
-    registry = tr.ToolRegistry(approver=approver)
-
-    @registry.tool
-    def write(path: str) -> str:
-        """Write."""
-        return f"wrote {path}"
-
-    @registry.tool
-    def delete(path: str) -> str:
-        """Delete."""
-        raise AssertionError("a denied call never runs")
-
-    registry.pre_execute(lambda e, call_next: tr.Ask() if e.name == "write" else call_next())
-    registry.guard(lambda e: "deleting is not allowed" if e.name == "delete" else None)
+    registry = registry_with_policy(asked)
     model = Scripted([call("w", "write", path="a.txt"), call("d", "delete", path="b.txt")])
     await run(registry, model, strict=False)
     assert outputs(model) == {"w": "wrote a.txt", "d": "Error: deleting is not allowed"}
@@ -152,20 +140,13 @@ async def test_approval_guard_and_errors_reach_the_model_as_tool_output() -> Non
 
 
 async def test_images_become_output_images_and_contexts_follow() -> None:
-    registry = tr.ToolRegistry()
-    png = base64.b64encode(b"\x89PNG").decode()
-
-    @registry.tool
-    def look(ctx: tr.RunContext) -> list[tr.Content]:
-        """Look."""
-        ctx.defer_context("remember the cat")
-        return [tr.TextContent("a cat"), tr.ImageContent(png, "image/png")]
+    registry = looking_registry()
 
     model = Scripted([call("l", "look")])
     await run(registry, model)
     assert outputs(model)["l"] == [
         {"type": "input_text", "text": "a cat"},
-        {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{CAT_PNG}"},
         {"type": "input_text", "text": "remember the cat"},
     ]
 

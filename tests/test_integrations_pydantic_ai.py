@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolrail as tr
-from helpers import one_turn, until, within
+from helpers import looking_registry, one_turn, until, within
 from toolrail.integrations.pydantic_ai import ToolrailToolset
 
 Step = Sequence[ToolCallPart]
@@ -187,15 +186,7 @@ async def test_invalid_arguments_spend_pydantic_ais_retry_budget() -> None:
 
 
 async def test_images_and_contexts_map_to_pydantic_ai_content() -> None:
-    registry = tr.ToolRegistry()
-    png = base64.b64encode(b"\x89PNG").decode()
-
-    @registry.tool
-    def look(ctx: tr.RunContext) -> list[tr.Content]:
-        """Look."""
-        ctx.defer_context("remember the cat")
-        return [tr.TextContent("a cat"), tr.ImageContent(png, "image/png")]
-
+    registry = looking_registry()
     result = await within(agent_over(registry, scripted([call("look", "l1")])).run("go"))
     messages = result.all_messages()
     content: Any = returns(messages)["l1"].content

@@ -66,6 +66,18 @@ async def stdio_session(changes: ListChanges | None = None) -> AsyncIterator[Cli
 
 
 @asynccontextmanager
+async def http_session(
+    url: str, changes: ListChanges | None = None
+) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write, message_handler=changes) as session,
+    ):
+        await asyncio.wait_for(session.initialize(), WAIT)
+        yield session
+
+
+@asynccontextmanager
 async def memory_session(
     app: Any, changes: ListChanges | None = None, mode: str = "legacy"
 ) -> AsyncIterator[mcp.Client]:
@@ -311,23 +323,18 @@ def assert_unencodable(result: types.CallToolResult) -> None:
     }
 
 
-async def test_over_stdio_a_lone_surrogate_in_a_result_is_an_error_and_the_session_lives_on() -> (
-    None
-):
-    async with stdio_session() as session:
-        surrogate = await asyncio.wait_for(session.call_tool("lone_surrogate", {}), WAIT)
-        added = await asyncio.wait_for(session.call_tool("add", {"a": 1, "b": 2}), WAIT)
-
-    assert_unencodable(surrogate)
-    assert added.structured_content == {"result": 3}
-
-
-async def test_over_http_a_lone_surrogate_in_a_result_is_an_error_result(http_url: str) -> None:
-    async with (
-        streamable_http_client(http_url) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+@pytest.mark.parametrize("transport", [
+    pytest.param("stdio", id="over-stdio"),
+    pytest.param("http", id="over-streamable-http"),
+])
+async def test_a_lone_surrogate_in_a_result_is_an_error_and_the_session_lives_on(
+    transport: str, request: pytest.FixtureRequest
+) -> None:
+    if transport == "stdio":
+        opened = stdio_session()
+    else:
+        opened = http_session(request.getfixturevalue("http_url"))
+    async with opened as session:
         surrogate = await asyncio.wait_for(session.call_tool("lone_surrogate", {}), WAIT)
         added = await asyncio.wait_for(session.call_tool("add", {"a": 1, "b": 2}), WAIT)
 
@@ -336,11 +343,7 @@ async def test_over_http_a_lone_surrogate_in_a_result_is_an_error_result(http_ur
 
 
 async def test_a_text_result_without_an_output_schema_is_sent_once(http_url: str) -> None:
-    async with (
-        streamable_http_client(http_url) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+    async with http_session(http_url) as session:
         text = await asyncio.wait_for(session.call_tool("text", {"size": 3}), WAIT)
 
     assert text.structured_content is None
@@ -351,11 +354,7 @@ async def test_a_text_result_without_an_output_schema_is_sent_once(http_url: str
 
 async def test_over_streamable_http_tools_list_calls_and_list_changed_work(http_url: str) -> None:
     changes = ListChanges()
-    async with (
-        streamable_http_client(http_url) as (read, write),
-        ClientSession(read, write, message_handler=changes) as session,
-    ):
-        await session.initialize()
+    async with http_session(http_url, changes) as session:
         tools = tools_by_name(await session.list_tools())
         added = await session.call_tool("add", {"a": 20, "b": 22})
         await session.call_tool("grow", {"name": "extra_2025"})

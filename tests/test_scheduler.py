@@ -453,10 +453,9 @@ async def test_nothing_the_batch_started_is_still_running_when_run_returns() -> 
     assert [r.value for r in batch.results] == ["c0", "polite", "threaded", "c3"]
 
 
-async def test_a_settled_call_commits_while_the_last_call_of_the_batch_still_runs() -> None:
-    # Issue 12: c0 settles while c1 (the last call) is in pre-execute; c1 then blocks.
-    # c0 must be yielded before c1 ends: each call commits once it and every earlier
-    # call have settled.
+def c1_held_in_pre_execute_until_c0_finishes() -> Lab:
+    """A lab whose c0 is released at once and whose c1 waits in pre-execute until c0's
+    body has finished; c1's body stays gated."""
     lab = Lab()
     lab.add()
     lab.release("c0")
@@ -467,6 +466,14 @@ async def test_a_settled_call_commits_while_the_last_call_of_the_batch_still_run
         return await call_next()
 
     lab.registry.pre_execute(hold_c1)
+    return lab
+
+
+async def test_a_settled_call_commits_while_the_last_call_of_the_batch_still_runs() -> None:
+    # Issue 12: c0 settles while c1 (the last call) is in pre-execute; c1 then blocks.
+    # c0 must be yielded before c1 ends: each call commits once it and every earlier
+    # call have settled.
+    lab = c1_held_in_pre_execute_until_c0_finishes()
     async with contextlib.aclosing(lab.registry.stream([call(0), call(1)], max_parallel=2)) as s:
         first = await within(s.__anext__())
         assert first.index == 0
@@ -478,16 +485,7 @@ async def test_a_settled_call_commits_while_the_last_call_of_the_batch_still_run
 
 
 async def test_run_commits_a_settled_call_before_the_last_body_ends() -> None:
-    lab = Lab()
-    lab.add()
-    lab.release("c0")
-
-    async def hold_c1(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-        if execution.call_id == "c1":
-            await lab.finished["c0"].wait()
-        return await call_next()
-
-    lab.registry.pre_execute(hold_c1)
+    lab = c1_held_in_pre_execute_until_c0_finishes()
     batch = asyncio.ensure_future(lab.registry.run([call(0), call(1)], max_parallel=2))
     await within(lab.started["c1"].wait())
     for _ in range(3):

@@ -127,19 +127,27 @@ async def test_a_tool_body_that_registers_a_tool_changes_how_later_calls_run() -
     assert lab.peak == 2
 
 
-async def test_an_observer_that_marks_later_calls_parallel_lets_them_run_together() -> None:
+def run_after_an_observer_flips_safety(
+    initially: bool,
+) -> tuple[Lab, asyncio.Task[tr.Batch]]:
+    """Run an ungated exclusive ``setup`` (c0), then two calls of a tool whose safety is
+    ``initially`` until an observer flips it when c0 commits."""
     lab = Lab()
-    safe = {"now": False}
+    safe = {"now": initially}
     lab.add(safe=lambda arguments: safe["now"])
     lab.add("setup", safe=False, gated=False)
 
     def flip(execution: tr.Execution, result: tr.ToolResult) -> None:
         if execution.call_id == "c0":
-            safe["now"] = True
+            safe["now"] = not initially
 
     lab.registry.on_result(flip)
     calls = [call(0, "setup"), call(1), call(2)]
-    task = asyncio.create_task(lab.registry.run(calls))
+    return lab, asyncio.create_task(lab.registry.run(calls))
+
+
+async def test_an_observer_that_marks_later_calls_parallel_lets_them_run_together() -> None:
+    lab, task = run_after_an_observer_flips_safety(initially=False)
 
     await lab.wait_started("c1", "c2")
     lab.release("c1", "c2")
@@ -149,18 +157,7 @@ async def test_an_observer_that_marks_later_calls_parallel_lets_them_run_togethe
 
 
 async def test_an_observer_that_marks_later_calls_exclusive_makes_them_run_one_at_a_time() -> None:
-    lab = Lab()
-    safe = {"now": True}
-    lab.add(safe=lambda arguments: safe["now"])
-    lab.add("setup", safe=False, gated=False)
-
-    def flip(execution: tr.Execution, result: tr.ToolResult) -> None:
-        if execution.call_id == "c0":
-            safe["now"] = False
-
-    lab.registry.on_result(flip)
-    calls = [call(0, "setup"), call(1), call(2)]
-    task = asyncio.create_task(lab.registry.run(calls))
+    lab, task = run_after_an_observer_flips_safety(initially=True)
 
     await lab.wait_started("c1")
     assert lab.starts() == ["c0", "c1"]
@@ -250,10 +247,23 @@ async def test_a_started_call_keeps_the_decision_it_started_under() -> None:
     assert lab.before("commit c1", "start c2")
 
 
+def swap_the_tool_when_c0_commits(lab: Lab) -> None:
+    """Add an ungated "swap" tool answering "old"; when c0 commits, an observer disposes
+    it and adds a "swap" answering "new"."""
+    old = lab.add("swap", gated=False, value="old")
+
+    def swap(execution: tr.Execution, result: tr.ToolResult) -> None:
+        if execution.call_id == "c0":
+            old()
+            lab.add("swap", gated=False, value="new")
+
+    lab.registry.on_result(swap)
+
+
 async def test_the_stage_8_tool_lookup_happens_when_the_dispatch_starts() -> None:
     lab = Lab()
     lab.add()
-    old = lab.add("swap", gated=False, value="old")
+    swap_the_tool_when_c0_commits(lab)
     holding = asyncio.Event()
     hold = asyncio.Event()
 
@@ -263,13 +273,7 @@ async def test_the_stage_8_tool_lookup_happens_when_the_dispatch_starts() -> Non
             await within(hold.wait())
         return await call_next()
 
-    def swap(execution: tr.Execution, result: tr.ToolResult) -> None:
-        if execution.call_id == "c0":
-            old()
-            lab.add("swap", gated=False, value="new")
-
     lab.registry.around_execute(around)
-    lab.registry.on_result(swap)
     task = asyncio.create_task(lab.registry.run([call(0), call(1, "swap")]))
 
     await lab.wait_started("c0")
@@ -286,7 +290,7 @@ async def test_the_stage_8_tool_lookup_happens_when_the_dispatch_starts() -> Non
 async def test_the_stage_8_tool_lookup_comes_before_any_later_commit() -> None:
     lab = Lab()
     lab.add()
-    old = lab.add("swap", gated=False, value="old")
+    swap_the_tool_when_c0_commits(lab)
 
     async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
         if execution.call_id == "c1":
@@ -294,13 +298,7 @@ async def test_the_stage_8_tool_lookup_comes_before_any_later_commit() -> None:
             await within(lab.finished["c0"].wait())  # c0 settles while c1 is prepared
         return await call_next()
 
-    def swap(execution: tr.Execution, result: tr.ToolResult) -> None:
-        if execution.call_id == "c0":
-            old()
-            lab.add("swap", gated=False, value="new")
-
     lab.registry.pre_execute(pre)
-    lab.registry.on_result(swap)
 
     # c1 dispatches right after its prepare; c0's commit (which swaps the tool) follows.
     batch = await within(lab.registry.run([call(0), call(1, "swap")]))
@@ -310,14 +308,7 @@ async def test_the_stage_8_tool_lookup_comes_before_any_later_commit() -> None:
 
 async def test_an_observers_registry_change_is_seen_by_the_next_start_in_the_group() -> None:
     lab = Lab()
-    old = lab.add("swap", gated=False, value="old")
-
-    def swap(execution: tr.Execution, result: tr.ToolResult) -> None:
-        if execution.call_id == "c0":
-            old()
-            lab.add("swap", gated=False, value="new")
-
-    lab.registry.on_result(swap)
+    swap_the_tool_when_c0_commits(lab)
 
     batch = await within(lab.registry.run([call(0, "swap"), call(1, "swap")], max_parallel=1))
 
