@@ -8,8 +8,10 @@ import random
 from typing import Any, Literal
 
 import pydantic
+import pytest
 
 import toolrail as tr
+from helpers import exactly
 from toolrail.code import render_sdk
 
 
@@ -226,3 +228,8 @@ def test_a_nested_class_never_takes_the_name_another_tool_s_args_need() -> None:
     assert len(classes) == len(set(classes)), classes
     assert "class AArgsBArgs(TypedDict):\n    z: NotRequired[str]\n" in sdk
     assert "    b_args: NotRequired[AArgsBArgs2]\n" in sdk
+
+
+def test_two_schemas_of_one_name_are_refused() -> None:
+    with pytest.raises(ValueError, match=exactly("render_sdk() got two schemas named 'a'")):
+        render_sdk([schema("a", {"type": "object"}), schema("a", {"type": "object"}, "Other.")])

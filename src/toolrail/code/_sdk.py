@@ -61,7 +61,12 @@ def render_sdk(schemas: Iterable[ToolSchema],
     tools: Tools
     """
     outputs = output_schemas or {}
-    tools = sorted({s.name: s for s in schemas}.items())
+    by_name: dict[str, ToolSchema] = {}
+    for schema in schemas:
+        if schema.name in by_name:  # which one would win would depend on their order
+            raise ValueError(f"render_sdk() got two schemas named {schema.name!r}")
+        by_name[schema.name] = schema
+    tools = sorted(by_name.items())
     writer = _Writer()
     named = [(name, schema, writer.claim(_pascal(name) or "Tool")) for name, schema in tools]
     for _, _, pascal in named:  # the names the spec fixes come first: nested ones yield
