@@ -1,4 +1,4 @@
-"""The sandbox pool's warm spare sessions (code/_runtime.py, ``SandboxPool``).
+"""The sandbox pool's warm spare sessions (code/_pool.py, ``SandboxPool``).
 
 A spare is warmed after a program, for the next one with the same SDK and settings. It
 must behave as a fresh session (code-mode.md, "Running a program", item 1), never be
@@ -20,7 +20,7 @@ from toolrail.code import CodeSettings
 
 pytest.importorskip("pydantic_monty")
 
-from toolrail.code import _runtime
+from toolrail.code import _pool as pools
 
 
 def _registry(**settings: Any) -> tr.ToolRegistry:
@@ -39,13 +39,13 @@ async def _run(registry: tr.ToolRegistry, code: str, scope: Any = None) -> tr.To
     return await within(registry.execute(call), 30)
 
 
-def _pool(registry: tr.ToolRegistry) -> _runtime.SandboxPool:
+def _pool(registry: tr.ToolRegistry) -> pools.SandboxPool:
     pool = registry._pool
     assert pool is not None
     return pool
 
 
-async def _spare_pids(pool: _runtime.SandboxPool) -> list[int]:
+async def _spare_pids(pool: pools.SandboxPool) -> list[int]:
     await pool.ready()
     pids = []
     for task in pool._spares.values():
@@ -125,7 +125,7 @@ async def test_a_spare_whose_worker_died_is_not_used() -> None:
 
 async def test_spares_never_outnumber_the_limit_and_the_oldest_gives_way() -> None:
     async with _registry(type_check=False) as registry:
-        scopes = [registry.scope(f"agent-{n}") for n in range(_runtime._SPARES + 1)]
+        scopes = [registry.scope(f"agent-{n}") for n in range(pools._SPARES + 1)]
         first: Any = None
         for n, scope in enumerate(scopes):
             @scope.tool(name=f"own_{n}")
@@ -136,7 +136,7 @@ async def test_spares_never_outnumber_the_limit_and_the_oldest_gives_way() -> No
             await _run(registry, "1 + 1", scope=scope.key)
             pool = _pool(registry)
             await pool.ready()
-            assert len(pool._spares) == min(n + 1, _runtime._SPARES)
+            assert len(pool._spares) == min(n + 1, pools._SPARES)
             if first is None:
                 [task] = pool._spares.values()
                 first = task.result()

@@ -15,7 +15,7 @@ from toolrail.code import CodeSettings
 
 pytest.importorskip("pydantic_monty")
 
-from toolrail.code import _runtime
+from toolrail.code import _pool
 
 
 def _gone(pid: int) -> bool:
@@ -23,7 +23,7 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return not _runtime._alive(pid)  # a killed worker not yet reaped is a zombie
+    return not _pool.alive(pid)  # a killed worker not yet reaped is a zombie
 
 
 async def test_a_cancelled_program_stuck_in_a_loop_has_its_worker_killed() -> None:

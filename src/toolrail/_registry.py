@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._progress import Progress
     from ._results import ToolResult
     from ._types import Guard
-    from .code._runtime import SandboxPool
+    from .code._pool import SandboxPool
     from .code._settings import CodeSettings
 
 __all__ = ["ToolRegistry"]
@@ -501,7 +501,7 @@ class ToolRegistry:
         """The registry's sandbox pool, started at the first program."""
         pool = self._pool
         if pool is None:
-            from .code._runtime import SandboxPool
+            from .code._pool import SandboxPool
 
             pool = self._pool = SandboxPool()
         await pool.start()
