@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SandboxPool", "alive"]
 
-PRELUDE: Final = "ToolCallError = RuntimeError"  # no class inheritance in the sandbox
+_PRELUDE: Final = "ToolCallError = RuntimeError"  # no class inheritance in the sandbox
 # Fed to a spare session: it runs nothing (``if False``) and defines nothing, but its
 # type check loads the stubs a program's check needs (names kept out of programs' way).
 _WARM_UP: Final = """\
@@ -91,7 +91,7 @@ class SandboxPool:
                     await spare.__aexit__(None, None, None)
             else:
                 async with self._monty.checkout(**options) as session:
-                    await session.feed_run(PRELUDE, skip_type_check=True)
+                    await session.feed_run(_PRELUDE, skip_type_check=True)
                     yield session
         finally:
             # For the next program with this key, warmed once this one is over (while
@@ -160,7 +160,7 @@ class SandboxPool:
         session = self._monty.checkout(**options)
         await session.__aenter__()
         try:
-            await session.feed_run(PRELUDE, skip_type_check=True)
+            await session.feed_run(_PRELUDE, skip_type_check=True)
             if options["type_check"]:
                 await session.feed_run(_WARM_UP)
         except BaseException as exc:
