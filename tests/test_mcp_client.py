@@ -539,6 +539,42 @@ async def test_a_served_tools_progress_reaches_the_sdk_clients_progress_callback
     assert heard == [(1.0, 3.0, "file 1"), (2.0, 3.0, "file 2"), (3.0, 3.0, "file 3")]
 
 
+async def test_concurrent_served_calls_each_hear_only_their_own_progress() -> None:
+    from toolrail._chains import PROGRESS
+
+    registry = tr.ToolRegistry()
+    reported = {"a": asyncio.Event(), "b": asyncio.Event()}
+    both = asyncio.Event()
+
+    async def step(arguments: Any, ctx: tr.RunContext) -> str:
+        name = str(arguments["name"])
+        ctx.report_progress(1, 2, f"{name} 1")
+        reported[name].set()
+        await both.wait()  # both calls are in flight, each reporting while the other runs
+        ctx.report_progress(2, 2, f"{name} 2")
+        return name
+
+    registry.register(tr.Tool(name="step", description="Step.", parameters={"type": "object"},
+                              execute=step, concurrency_safe=True))
+    heard: dict[str, list[str | None]] = {"a": [], "b": []}
+
+    def listener(name: str) -> Any:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            heard[name].append(message)
+        return on_progress
+
+    async with mcp.Client(toolrail.mcp.server(registry), mode="legacy", cache=None) as client:
+        calls = [asyncio.create_task(client.session.call_tool(
+            "step", {"name": name}, progress_callback=listener(name))) for name in ("a", "b")]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in reported.values())), WAIT)
+        # One registry listener serves every tracked call in flight.
+        assert len(registry._core.chains._links[PROGRESS]) == 1
+        both.set()
+        await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+    assert heard == {"a": ["a 1", "a 2"], "b": ["b 1", "b 2"]}
+    assert registry._core.chains._links[PROGRESS] == []  # and it is gone with the last
+
+
 async def test_an_attached_tools_remote_progress_arrives_as_report_progress_locally() -> None:
     async with attached(toolrail.mcp.server(progress_registry())) as (local, _):
         assert isinstance(local, tr.ToolRegistry)

@@ -44,6 +44,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from .. import (
     ApprovalRequest,
     CancelController,
+    Disposer,
     Execution,
     Progress,
     Tool,
@@ -169,7 +170,8 @@ class _Server(Server["_Run"]):
 class _View:
     """One scope's view of the registry, as the handlers need it."""
 
-    __slots__ = ("_listed", "_listing", "elicit", "registry", "running", "scope")
+    __slots__ = ("_listed", "_listing", "_tracked", "_unlisten", "elicit", "registry",
+                 "running", "scope")
 
     def __init__(self, registry: ToolRegistry, scope: Hashable | None, *, elicit: bool) -> None:
         self.registry = registry
@@ -178,6 +180,26 @@ class _View:
         self.running: set[_Controller] = set()  # the calls in progress, on every transport
         self._listed: tuple[Tool | None, ...] | None = None
         self._listing: list[dict[str, Any]] = []
+        self._tracked = 0  # calls in progress whose client asked for progress
+        self._unlisten: Disposer | None = None
+
+    @contextmanager
+    def _reporting(self, out: _ProgressOut) -> Iterator[None]:
+        """Send this call's progress to its client: one registry listener serves every
+        tracked call (each report goes to the call whose context made it), held while
+        any is in progress."""
+        reset = _REPORTING.set(out)
+        if self._tracked == 0:
+            self._unlisten = self.registry.on_progress(_heard)
+        self._tracked += 1
+        try:
+            yield
+        finally:
+            self._tracked -= 1
+            if self._tracked == 0 and self._unlisten is not None:
+                self._unlisten()
+                self._unlisten = None
+            _REPORTING.reset(reset)
 
     def visible(self) -> tuple[Tool | None, ...]:
         """The visible definitions, by identity: a replaced tool is a different one."""
@@ -228,7 +250,7 @@ class _View:
         progress = (_ProgressOut(ctx) if progress_token_from_params(ctx.params) is not None
                     else None)
         try:
-            with asking, progress.listening(self.registry) if progress else nullcontext():
+            with asking, self._reporting(progress) if progress else nullcontext():
                 # Never a CancelledError inside the call: its cancellations reach it as its
                 # signal.
                 if _hold(ctx, controller):
@@ -255,9 +277,8 @@ class _ProgressOut:
     """Progress of one served call, sent to the client as ``notifications/progress`` for
     the request's ``progressToken``, all of it before the call's answer.
 
-    While the call runs, a progress listener on the registry hears every call; this
-    call's reports are the ones made in its context (a worker thread's and a child
-    task's contexts are copies of it).
+    This call's reports are the ones made in its context (a worker thread's and a child
+    task's contexts are copies of it): ``_heard`` finds it there.
     """
 
     __slots__ = ("ctx", "sends")
@@ -266,25 +287,21 @@ class _ProgressOut:
         self.ctx = ctx
         self.sends: list[asyncio.Task[None]] = []
 
-    @contextmanager
-    def listening(self, registry: ToolRegistry) -> Iterator[None]:
-        reset = _REPORTING.set(self)
-        try:
-            with registry.on_progress(self.heard):
-                yield
-        finally:
-            _REPORTING.reset(reset)
-
-    def heard(self, execution: Execution, report: Progress) -> None:
-        if _REPORTING.get() is self:
-            self.sends.append(asyncio.get_running_loop().create_task(
-                self.ctx.session.report_progress(report.progress, report.total,
-                                                 report.message)))
+    def send(self, report: Progress) -> None:
+        self.sends.append(asyncio.get_running_loop().create_task(
+            self.ctx.session.report_progress(report.progress, report.total, report.message)))
 
     async def flush(self) -> None:
         """Wait until every notification is sent (or failed: never the call's answer)."""
         if self.sends:
             await asyncio.gather(*self.sends, return_exceptions=True)
+
+def _heard(execution: Execution, report: Progress) -> None:
+    """The registry's progress listener while tracked calls run: to the call it is of."""
+    out = _REPORTING.get()
+    if out is not None:
+        out.send(report)
+
 
 _ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
 _OUTCOMES = {"accept": "allowed-once", "decline": "rejected", "cancel": "cancelled"}
