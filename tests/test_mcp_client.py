@@ -539,7 +539,8 @@ async def test_a_served_tools_progress_reaches_the_sdk_clients_progress_callback
     assert heard == [(1.0, 3.0, "file 1"), (2.0, 3.0, "file 2"), (3.0, 3.0, "file 3")]
 
 
-async def test_concurrent_served_calls_each_hear_only_their_own_progress() -> None:
+@pytest.mark.parametrize("servers", [1, 2], ids=["one server", "two servers"])
+async def test_concurrent_served_calls_each_hear_only_their_own_progress(servers: int) -> None:
     from toolrail._chains import PROGRESS
 
     registry = tr.ToolRegistry()
@@ -563,12 +564,15 @@ async def test_concurrent_served_calls_each_hear_only_their_own_progress() -> No
             heard[name].append(message)
         return on_progress
 
-    async with mcp.Client(toolrail.mcp.server(registry), mode="legacy", cache=None) as client:
+    made = [toolrail.mcp.server(registry) for _ in range(servers)]
+    async with mcp.Client(made[0], mode="legacy", cache=None) as first, \
+            mcp.Client(made[-1], mode="legacy", cache=None) as second:
         calls = [asyncio.create_task(client.session.call_tool(
-            "step", {"name": name}, progress_callback=listener(name))) for name in ("a", "b")]
+            "step", {"name": name}, progress_callback=listener(name)))
+            for client, name in ((first, "a"), (second, "b"))]
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in reported.values())), WAIT)
-        # One registry listener serves every tracked call in flight.
-        assert len(registry._core.chains._links[PROGRESS]) == 1
+        # One registry listener per server serves every tracked call it has in flight.
+        assert len(registry._core.chains._links[PROGRESS]) == servers
         both.set()
         await asyncio.wait_for(asyncio.gather(*calls), WAIT)
     assert heard == {"a": ["a 1", "a 2"], "b": ["b 1", "b 2"]}

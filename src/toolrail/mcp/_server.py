@@ -190,7 +190,7 @@ class _View:
         any is in progress."""
         reset = _REPORTING.set(out)
         if self._tracked == 0:
-            self._unlisten = self.registry.on_progress(_heard)
+            self._unlisten = self.registry.on_progress(self._heard)
         self._tracked += 1
         try:
             yield
@@ -228,6 +228,14 @@ class _View:
             "cacheScope": "private",
         }
 
+    def _heard(self, execution: Execution, report: Progress) -> None:
+        """The registry's progress listener while tracked calls run: a report goes to the
+        call whose context made it, if that call is this view's (two servers may serve
+        one registry)."""
+        out = _REPORTING.get()
+        if out is not None and out.view is self:
+            out.send(report)
+
     def input_schema(self, name: str) -> Mapping[str, Any] | None:
         tool = self.registry.get(name, self.scope)
         return None if tool is None else tool.parameters
@@ -247,7 +255,7 @@ class _View:
         tool = self.registry.get(name, self.scope)
         self.running.add(controller)
         asking = approving_with(self.registry, _Elicit(ctx)) if self.elicit else nullcontext()
-        progress = (_ProgressOut(ctx) if progress_token_from_params(ctx.params) is not None
+        progress = (_ProgressOut(ctx, self) if progress_token_from_params(ctx.params) is not None
                     else None)
         try:
             with asking, self._reporting(progress) if progress else nullcontext():
@@ -278,13 +286,14 @@ class _ProgressOut:
     the request's ``progressToken``, all of it before the call's answer.
 
     This call's reports are the ones made in its context (a worker thread's and a child
-    task's contexts are copies of it): ``_heard`` finds it there.
+    task's contexts are copies of it): its view's ``_heard`` finds it there.
     """
 
-    __slots__ = ("ctx", "sends")
+    __slots__ = ("ctx", "sends", "view")
 
-    def __init__(self, ctx: ServerRequestContext[_Run]) -> None:
+    def __init__(self, ctx: ServerRequestContext[_Run], view: _View) -> None:
         self.ctx = ctx
+        self.view = view
         self.sends: list[asyncio.Task[None]] = []
 
     def send(self, report: Progress) -> None:
@@ -295,13 +304,6 @@ class _ProgressOut:
         """Wait until every notification is sent (or failed: never the call's answer)."""
         if self.sends:
             await asyncio.gather(*self.sends, return_exceptions=True)
-
-def _heard(execution: Execution, report: Progress) -> None:
-    """The registry's progress listener while tracked calls run: to the call it is of."""
-    out = _REPORTING.get()
-    if out is not None:
-        out.send(report)
-
 
 _ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
 _OUTCOMES = {"accept": "allowed-once", "decline": "rejected", "cancel": "cancelled"}
