@@ -214,3 +214,16 @@ def test_a_registry_used_from_a_second_event_loop_still_runs_programs() -> None:
         await registry.aclose()
 
     asyncio.run(warm_then_close())
+
+
+@pytest.mark.parametrize("type_check", [True, False])
+async def test_a_failure_reads_the_same_from_a_new_session_and_from_a_spare(
+        type_check: bool) -> None:
+    async with _registry(type_check=type_check) as registry:
+        program = 'a = 1\nraise ValueError("boom")\n'
+        cold = await _run(registry, program)
+        await _pool(registry).ready()
+        warm = await _run(registry, program)
+    assert cold.error is not None
+    assert "ValueError: boom" in cold.error.message
+    assert warm.error == cold.error  # the traceback names the same feed of its session

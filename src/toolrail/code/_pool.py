@@ -91,7 +91,7 @@ class SandboxPool:
                     await spare.__aexit__(None, None, None)
             else:
                 async with self._monty.checkout(**options) as session:
-                    await session.feed_run(_PRELUDE, skip_type_check=True)
+                    await _prepare(session, options)
                     yield session
         finally:
             # For the next program with this key, warmed once this one is over (while
@@ -160,9 +160,7 @@ class SandboxPool:
         session = self._monty.checkout(**options)
         await session.__aenter__()
         try:
-            await session.feed_run(_PRELUDE, skip_type_check=True)
-            if options["type_check"]:
-                await session.feed_run(_WARM_UP)
+            await _prepare(session, options)
         except BaseException as exc:
             await session.__aexit__(None, None, None)
             if isinstance(exc, Exception):
@@ -200,6 +198,15 @@ class SandboxPool:
         monty, self._monty = self._monty, None
         if monty is not None:
             await monty.__aexit__(None, None, None)
+
+
+async def _prepare(session: Any, options: dict[str, Any]) -> None:
+    """What a session runs before a program, spare or not: the prelude and, when programs
+    are type-checked, the warm-up. The same feeds either way, so a program is the same
+    feed of its session (``<python-input-N>`` in its traceback) whichever it gets."""
+    await session.feed_run(_PRELUDE, skip_type_check=True)
+    if options["type_check"]:
+        await session.feed_run(_WARM_UP)
 
 
 async def _exit(session: Any) -> None:
