@@ -150,35 +150,3 @@ async def test_a_call_cancelled_while_it_waits_leaves_the_gate_as_it_was() -> No
     async with gate.enter(exclusive=True):  # and the gate is free again
         order.append("last")
     assert order == ["first", "reader", "last"]
-
-
-async def test_a_sub_agent_sharing_the_tool_list_runs_inside_an_exclusive_call() -> None:
-    # The outer exclusive call holds the gate; the sub-agent's calls, made from inside
-    # it, must not wait for it (they would wait for themselves).
-    pytest.importorskip("agents")
-    from agents import Agent, RunConfig, Runner
-
-    from test_integrations_openai_agents import Scripted, call, outputs
-    from toolrail.integrations.openai_agents import function_tools
-
-    registry = tr.ToolRegistry()
-    shared: list[Any] = []
-
-    @registry.tool
-    async def delegate() -> str:
-        """Ask a sub-agent that uses the same tools."""
-        sub: Agent[None] = Agent(name="sub", model=Scripted([call("i", "lookup")]),
-                                 tools=shared)
-        answer = await Runner.run(sub, "go", run_config=RunConfig(tracing_disabled=True))
-        return str(answer.final_output)
-
-    @registry.tool
-    async def lookup() -> str:
-        """Look something up."""
-        return "found"
-
-    shared.extend(function_tools(registry))
-    model = Scripted([call("d", "delegate")])
-    agent: Agent[None] = Agent(name="t", model=model, tools=shared)
-    await within(Runner.run(agent, "go", run_config=RunConfig(tracing_disabled=True)), 30)
-    assert outputs(model) == {"d": "done"}

@@ -9,7 +9,6 @@ alone (``_gate``).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,20 +40,12 @@ class Source:
     async def run(self, call: ToolCall) -> ToolResult:
         """``execute(call)``, alone if the call is exclusive (first come, first served)."""
         gate = self.gate
-        inside = _INSIDE.get()
-        if gate in inside:
-            # Made from inside a call of this list (a sub-agent sharing the tools): the
-            # outer call holds the gate, and waiting for it would wait for ourselves.
-            result: ToolResult = await self.execute(call)
-            return result
         exclusive = self._exclusive(call)
         if not gate.try_enter(exclusive):
             await gate.wait(exclusive)
-        reset = _INSIDE.set(inside | {gate})
         try:
-            result = await self.execute(call)
+            result: ToolResult = await self.execute(call)
         finally:
-            _INSIDE.reset(reset)
             gate.leave(exclusive)
         return result
 
@@ -70,11 +61,6 @@ class Source:
     async def call(self, call_id: str, name: str, arguments: Any) -> ToolResult:
         return await self.run(
             ToolCall(call_id=call_id, name=name, arguments=arguments, scope=self.key))
-
-
-# The gates the current call is inside (a child task's context is a copy of its parent's).
-_INSIDE: ContextVar[frozenset[Gate]] = ContextVar("toolrail_integration_gates",
-                                                  default=frozenset())
 
 
 def source_of(target: ToolRegistry | Scope, scope: Hashable | None) -> Source:
