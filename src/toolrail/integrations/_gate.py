@@ -27,44 +27,28 @@ class Gate:
         self._alone = False  # an exclusive call is inside
         self._waiting: deque[tuple[bool, asyncio.Future[None]]] = deque()
 
-    def try_enter(self, exclusive: bool) -> bool:
-        """Go in at once if nothing is in the way (the common case: no await)."""
-        if self._waiting or not self._free(exclusive):
-            return False
-        self._take(exclusive)
-        return True
-
-    async def wait(self, exclusive: bool) -> None:
-        """Wait for a turn behind the calls that came first, then go in."""
-        waiter = asyncio.get_running_loop().create_future()
-        entry = (exclusive, waiter)
-        self._waiting.append(entry)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.leave(exclusive)  # let in, then cancelled before it could run
-            else:
-                self._waiting.remove(entry)
-                self._admit()  # it may have held back calls that can go in now
-            raise
-
     @asynccontextmanager
     async def enter(self, exclusive: bool) -> AsyncIterator[None]:
         """Hold the gate for one call (alone when ``exclusive``) until the block ends."""
-        if not self.try_enter(exclusive):
-            await self.wait(exclusive)
+        if self._waiting or not self._free(exclusive):
+            waiter = asyncio.get_running_loop().create_future()
+            entry = (exclusive, waiter)
+            self._waiting.append(entry)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._leave(exclusive)  # let in, then cancelled before it could run
+                else:
+                    self._waiting.remove(entry)
+                    self._admit()  # it may have held back calls that can go in now
+                raise
+        else:
+            self._take(exclusive)
         try:
             yield
         finally:
-            self.leave(exclusive)
-
-    def leave(self, exclusive: bool) -> None:
-        if exclusive:
-            self._alone = False
-        else:
-            self._shared -= 1
-        self._admit()
+            self._leave(exclusive)
 
     def _free(self, exclusive: bool) -> bool:
         return not self._alone and (not exclusive or self._shared == 0)
@@ -74,6 +58,13 @@ class Gate:
             self._alone = True
         else:
             self._shared += 1
+
+    def _leave(self, exclusive: bool) -> None:
+        if exclusive:
+            self._alone = False
+        else:
+            self._shared -= 1
+        self._admit()
 
     def _admit(self) -> None:
         """Let in the waiting calls at the head of the queue that may go in now."""

@@ -39,24 +39,9 @@ class Source:
 
     async def run(self, call: ToolCall) -> ToolResult:
         """``execute(call)``, alone if the call is exclusive (first come, first served)."""
-        gate = self.gate
-        exclusive = self._exclusive(call)
-        if not gate.try_enter(exclusive):
-            await gate.wait(exclusive)
-        try:
+        async with self.gate.enter(self.mode(call) is not ExecutionMode.PARALLEL):
             result: ToolResult = await self.execute(call)
-        finally:
-            gate.leave(exclusive)
         return result
-
-    def _exclusive(self, call: ToolCall) -> bool:
-        # A tool's plain flag answers at once; only a classifier needs execution_mode
-        # (which snapshots the arguments for it).
-        tool = self.get(call.name)
-        safe = False if tool is None else tool.concurrency_safe
-        if safe is True or safe is False:
-            return not safe
-        return self.mode(call) is not ExecutionMode.PARALLEL
 
     async def call(self, call_id: str, name: str, arguments: Any) -> ToolResult:
         return await self.run(
