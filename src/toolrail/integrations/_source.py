@@ -1,28 +1,16 @@
 """What an integration runs against: a registry and a scope key, or a scope handle.
 
-Both give the same things, resolved once here so the per-call path is one ``ToolCall``,
-one classification and one ``execute``. Every call goes through the source's ``Gate``,
-so that the frameworks that start a step's calls at once still run an exclusive call
-alone (``_gate``).
+Both give the same four things, resolved once here so the per-call path is one
+``ToolCall`` and one ``execute``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .. import (
-    Disposer,
-    ExecutionMode,
-    Scope,
-    Tool,
-    ToolCall,
-    ToolRegistry,
-    ToolResult,
-    ToolSchema,
-)
-from ._gate import Gate
+from .. import Disposer, Scope, Tool, ToolCall, ToolRegistry, ToolResult, ToolSchema
 
 __all__ = ["Source", "source_of"]
 
@@ -34,18 +22,12 @@ class Source:
     get: Callable[[str], Tool | None]
     on_change: Callable[[Callable[[], None]], Disposer]
     execute: Callable[[ToolCall], Any]
-    mode: Callable[[ToolCall], ExecutionMode]
-    gate: Gate = field(default_factory=Gate)
-
-    async def run(self, call: ToolCall) -> ToolResult:
-        """``execute(call)``, alone if the call is exclusive (first come, first served)."""
-        async with self.gate.enter(self.mode(call) is not ExecutionMode.PARALLEL):
-            result: ToolResult = await self.execute(call)
-        return result
 
     async def call(self, call_id: str, name: str, arguments: Any) -> ToolResult:
-        return await self.run(
-            ToolCall(call_id=call_id, name=name, arguments=arguments, scope=self.key))
+        result: ToolResult = await self.execute(
+            ToolCall(call_id=call_id, name=name, arguments=arguments, scope=self.key)
+        )
+        return result
 
 
 def source_of(target: ToolRegistry | Scope, scope: Hashable | None) -> Source:
@@ -53,13 +35,11 @@ def source_of(target: ToolRegistry | Scope, scope: Hashable | None) -> Source:
     if isinstance(target, Scope):
         if scope is not None:
             raise ValueError("pass a Scope or a registry with scope=, not both")
-        return Source(target.key, target.schemas, target.get, target.on_change, target.execute,
-                      target.execution_mode)
+        return Source(target.key, target.schemas, target.get, target.on_change, target.execute)
     if not isinstance(target, ToolRegistry):
         raise TypeError(f"expected a ToolRegistry or a Scope, got {type(target).__name__}")
 
     def get(name: str) -> Tool | None:
         return target.get(name, scope)
 
-    return Source(scope, lambda: target.schemas(scope), get, target.on_change, target.execute,
-                  target.execution_mode)
+    return Source(scope, lambda: target.schemas(scope), get, target.on_change, target.execute)

@@ -19,9 +19,7 @@
 - Only async invocation (``ainvoke``, ``astream``, an async graph) runs the pipeline;
   ``invoke`` raises ``NotImplementedError``, for the registry belongs to one event loop.
 - ``tool_node(...)`` (needs ``langgraph``) is ``ToolNode(tools(...))``: LangGraph's node
-  still fans the calls of one message out in parallel; toolrail runs each one, and the
-  tools of one ``tools(...)`` list run an exclusive call (``execution_mode``) alone:
-  it waits for the calls that came before it, later ones wait for it.
+  still fans the calls of one message out in parallel; toolrail runs each one.
 
 Needs the ``langchain`` extra: ``pip install 'toolrail[langchain]'``.
 """
