@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import toolrail as tr
-from helpers import within
+from helpers import one_turn, within
 from toolrail.code import CodeSettings
 
 pytest.importorskip("pydantic_monty")
@@ -227,3 +227,81 @@ async def test_a_failure_reads_the_same_from_a_new_session_and_from_a_spare(
     assert cold.error is not None
     assert "ValueError: boom" in cold.error.message
     assert warm.error == cold.error  # the traceback names the same feed of its session
+
+
+class _Workers:
+    """``pydantic_monty.AsyncMonty`` with hooks: its start waits for ``started``'s
+    release, and the checkouts numbered in ``failing`` raise ``OSError``."""
+
+    def __init__(self, real: Any, release: asyncio.Event | None,
+                 failing: frozenset[int]) -> None:
+        self.real = real
+        self.release = release
+        self.failing = failing
+        self.starting = asyncio.Event()
+        self.checkouts = 0
+
+    async def __aenter__(self) -> _Workers:
+        self.starting.set()
+        if self.release is not None:
+            await self.release.wait()
+        await self.real.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.real.__aexit__(None, None, None)
+
+    def checkout(self, **options: Any) -> Any:
+        self.checkouts += 1
+        if self.checkouts in self.failing:
+            raise OSError("no worker today")
+        return self.real.checkout(**options)
+
+
+def _hooked(monkeypatch: pytest.MonkeyPatch, *, release: asyncio.Event | None = None,
+            failing: frozenset[int] = frozenset()) -> list[_Workers]:
+    import pydantic_monty
+
+    made: list[_Workers] = []
+    real = pydantic_monty.AsyncMonty
+
+    def workers(**options: Any) -> _Workers:
+        made.append(_Workers(real(**options), release, failing))
+        return made[-1]
+
+    monkeypatch.setattr(pydantic_monty, "AsyncMonty", workers)
+    return made
+
+
+async def test_aclose_while_the_workers_start_stops_them_and_aborts_the_program(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    release = asyncio.Event()
+    made = _hooked(monkeypatch, release=release)
+    registry = _registry(type_check=False)
+    program = asyncio.create_task(_run(registry, "1 + 1"))
+    await within(_started(made))
+    pool = _pool(registry)
+    closing = asyncio.create_task(registry.aclose())
+    await one_turn()
+    release.set()
+    await within(closing)
+    result = await within(program)
+    assert result.error == tr.ErrorInfo("tool call aborted: the registry is closing",
+                                        "ABORTED", "ToolAbortedError")
+    assert pool._monty is None
+
+
+async def _started(made: list[_Workers]) -> None:
+    while not made:  # the pool makes its workers object in its first program's task
+        await one_turn()
+    await made[0].starting.wait()
+
+
+async def test_a_spare_whose_checkout_fails_leaves_the_next_program_to_check_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _hooked(monkeypatch, failing=frozenset({2}))  # 1: the program, 2: its spare
+    async with _registry(type_check=False) as registry:
+        assert (await _run(registry, "1 + 1")).value == {"logs": "", "result": 2}
+        await _pool(registry).ready()
+        assert (await _run(registry, "2 + 2")).value == {"logs": "", "result": 4}
+    assert made[0].checkouts == 4  # the failed spare, a new checkout, and the next spare

@@ -10,6 +10,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
+from .._errors import ToolAbortedError
+
 if TYPE_CHECKING:
     from ._runtime import _Program
     from ._settings import CodeSettings
@@ -27,6 +29,7 @@ if False:
     __toolrail_items = [str(i).strip().split() for i in range(1) if i]
     print(len(__toolrail_items), {"a": 1}.get("a"), sorted([1]), __toolrail_value)
 """
+_CLOSED: Final = "tool call aborted: the registry is closing"
 _SPARES: Final = 2  # warm spare sessions at most, each holding a worker
 
 
@@ -57,18 +60,23 @@ class SandboxPool:
 
     async def start(self) -> None:
         if self._closed:
-            raise RuntimeError("the registry's sandbox pool is closed")
+            raise ToolAbortedError(_CLOSED)
         if self._monty is not None:
             return
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
-            if self._monty is None:
+            if self._monty is None and not self._closed:
                 import pydantic_monty
 
                 monty = pydantic_monty.AsyncMonty(max_processes=(os.cpu_count() or 1) + _SPARES)
                 await monty.__aenter__()
-                self._monty = monty
+                if self._closed:  # aclose() came while the workers started: stop them
+                    await monty.__aexit__(None, None, None)
+                else:
+                    self._monty = monty
+        if self._monty is None:
+            raise ToolAbortedError(_CLOSED)
 
     @contextlib.asynccontextmanager
     async def session(self, sdk: str, settings: CodeSettings) -> AsyncIterator[Any]:
@@ -80,6 +88,8 @@ class SandboxPool:
                        "max_suspensions": 4 * settings.max_calls + 1000},
             "type_check": settings.type_check, "type_check_stubs": sdk,
             "type_check_format": "concise"}
+        if self._closed or self._monty is None:
+            raise ToolAbortedError(_CLOSED)
         key = (sdk, settings)
         self._settle_loop()
         spare = await self._take(key)
@@ -90,9 +100,12 @@ class SandboxPool:
                 finally:
                     await spare.__aexit__(None, None, None)
             else:
-                async with self._monty.checkout(**options) as session:
+                session = await _checkout(self._monty, options)
+                try:
                     await _prepare(session, options)
                     yield session
+                finally:
+                    await session.__aexit__(None, None, None)
         finally:
             # For the next program with this key, warmed once this one is over (while
             # the model reads its result) so that it never competes with it for the CPU.
@@ -157,8 +170,10 @@ class SandboxPool:
 
     async def _warm(self, options: dict[str, Any]) -> Any:
         """A spare session; ``None`` if it could not be warmed (programs then check out)."""
-        session = self._monty.checkout(**options)
-        await session.__aenter__()
+        try:
+            session = await _checkout(self._monty, options)
+        except Exception:
+            return None
         try:
             await _prepare(session, options)
         except BaseException as exc:
@@ -198,6 +213,20 @@ class SandboxPool:
         monty, self._monty = self._monty, None
         if monty is not None:
             await monty.__aexit__(None, None, None)
+
+
+async def _checkout(monty: Any, options: dict[str, Any]) -> Any:
+    """A checked-out session. Cancelled just as the checkout completes, the session is
+    given back before the cancellation goes on: a lost one would hold a worker for good."""
+    session = monty.checkout(**options)
+    entering = asyncio.ensure_future(session.__aenter__())
+    try:
+        await entering
+    except asyncio.CancelledError:
+        if entering.done() and not entering.cancelled() and entering.exception() is None:
+            await asyncio.shield(_exit(session))
+        raise
+    return session
 
 
 async def _prepare(session: Any, options: dict[str, Any]) -> None:
