@@ -162,6 +162,8 @@ class _Program:
             await program
 
     def _kill(self) -> None:
+        # Called while the session still holds the worker, so the pid is still its own
+        # (alive() skips one that has already died and been reaped).
         if self.pid is not None and alive(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
