@@ -94,18 +94,11 @@ class SandboxPool:
         self._settle_loop()
         spare = await self._take(key)
         try:
-            if spare is not None:
-                try:
-                    yield spare
-                finally:
-                    await spare.__aexit__(None, None, None)
-            else:
-                session = await _checkout(self._monty, options)
-                try:
-                    await _prepare(session, options)
-                    yield session
-                finally:
-                    await session.__aexit__(None, None, None)
+            session = spare if spare is not None else await _open(self._monty, options)
+            try:
+                yield session
+            finally:
+                await session.__aexit__(None, None, None)
         finally:
             # For the next program with this key, warmed once this one is over (while
             # the model reads its result) so that it never competes with it for the CPU.
@@ -172,17 +165,9 @@ class SandboxPool:
     async def _warm(self, options: dict[str, Any]) -> Any:
         """A spare session; ``None`` if it could not be warmed (programs then check out)."""
         try:
-            session = await _checkout(self._monty, options)
+            return await _open(self._monty, options)
         except Exception:
             return None
-        try:
-            await _prepare(session, options)
-        except BaseException as exc:
-            await session.__aexit__(None, None, None)
-            if isinstance(exc, Exception):
-                return None
-            raise
-        return session
 
     async def ready(self) -> None:
         """Wait until the spares being warmed are warm (or failed to warm): for the
@@ -231,13 +216,20 @@ async def _checkout(monty: Any, options: dict[str, Any]) -> Any:
     return session
 
 
-async def _prepare(session: Any, options: dict[str, Any]) -> None:
-    """What a session runs before a program, spare or not: the prelude and, when programs
-    are type-checked, the warm-up. The same feeds either way, so a program is the same
-    feed of its session (``<python-input-N>`` in its traceback) whichever it gets."""
-    await session.feed_run(_PRELUDE, skip_type_check=True)
-    if options["type_check"]:
-        await session.feed_run(_WARM_UP)
+async def _open(monty: Any, options: dict[str, Any]) -> Any:
+    """A session ready for a program, spare or not: checked out, the prelude fed and,
+    when programs are type-checked, the warm-up. The same feeds either way, so a program
+    is the same feed of its session (``<python-input-N>`` in its traceback) whichever
+    it gets."""
+    session = await _checkout(monty, options)
+    try:
+        await session.feed_run(_PRELUDE, skip_type_check=True)
+        if options["type_check"]:
+            await session.feed_run(_WARM_UP)
+    except BaseException:
+        await _exit(session)
+        raise
+    return session
 
 
 async def _exit(session: Any) -> None:
