@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from asyncio import current_task
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
 
-from ._bodytask import BodyTask, swap
+from ._bodytask import BodyTask, current_tasks
 from ._cancel import CancelSignal
 from ._errors import ToolOutputError
 from ._execution import RunContext
@@ -91,16 +90,15 @@ async def core_body(state: CallState, entry: Entry | None) -> ToolResult:
             started = loop.time() if entry.tool.timeout is not None else 0.0
             if context is not None:
                 context._loop = loop  # report_progress from another thread is delivered here
-            task = current_task(loop)
-            if task is not None:  # BodyTask.of(task), without its frame: the hot path
-                body = _new(BodyTask)
-                body._task = task
-                body._done = False
             steps = entry.start(execution._arguments, context)
             if type(steps) is not CoroutineType:
                 steps = steps.__await__()
-            if body is not None:
-                swap(loop, body)
+            task = current_tasks.get(loop)
+            if task is not None:  # BodyTask.of(task), without its frame: the hot path
+                body = BodyTask()
+                body._task = task
+                body._done = False
+                current_tasks[loop] = body
             try:
                 yielded = steps.send(None)
             except StopIteration as stop:
@@ -109,7 +107,7 @@ async def core_body(state: CallState, entry: Entry | None) -> ToolResult:
                 watch = _watch(state, entry, context, started, body)
             finally:
                 if body is not None:
-                    swap(loop, task)
+                    current_tasks[loop] = task
             if watch is not None:
                 out = await resume(steps, yielded, watch)
         if entry.fast and entry.finish is not None:

@@ -19,13 +19,11 @@ count, so a scope still sees an outside cancellation as not its own; everything 
 from __future__ import annotations
 
 import asyncio
+import sys
 from asyncio import tasks
-from collections.abc import Callable
-from functools import partial
-from operator import setitem
 from typing import Any
 
-__all__ = ["BodyTask", "swap"]
+__all__ = ["BodyTask", "current_tasks"]
 
 
 class BodyTask:
@@ -43,7 +41,7 @@ class BodyTask:
 
     @classmethod
     def of(cls, task: asyncio.Task[Any]) -> BodyTask:
-        body = _new(cls)  # no __init__ frame: one is made per call
+        body = cls()  # no __init__ frame: one is made per body invocation
         body._task = task
         body._done = False
         return body
@@ -84,12 +82,22 @@ class BodyTask:
         return f"<BodyTask of {self._task!r}>"
 
 
-_new = object.__new__
+class _SwappedCurrentTasks:
+    """Python 3.14+ keeps the current task in the thread state, not in a dict: the same
+    two operations, through the call eager tasks use to swap it."""
+
+    __slots__ = ()
+
+    def get(self, loop: asyncio.AbstractEventLoop) -> Any:
+        return asyncio.current_task(loop)
+
+    def __setitem__(self, loop: asyncio.AbstractEventLoop, task: Any) -> None:
+        tasks._swap_current_task(loop, task)  # type: ignore[attr-defined]
 
 
-# ``swap(loop, task)`` makes ``task`` (a ``BodyTask``, or the task again) current. Python
-# 3.12+ does it in one C call (eager tasks use it); 3.11 keeps the current tasks in the
-# dict that ``asyncio.current_task()`` reads (``partial(setitem)``: the cheapest call).
-swap: Callable[[asyncio.AbstractEventLoop, Any], Any] = getattr(
-    tasks, "_swap_current_task", None) or partial(
-        setitem, tasks._current_tasks)  # type: ignore[attr-defined]
+# Asyncio's current task by loop, as ``asyncio.current_task()`` reads it: ``get(loop)``
+# (``None`` outside a task) and ``[loop] = task`` to make ``task`` (a ``BodyTask``, or the
+# task again) current. Python 3.11-3.13 read a dict (the C ``_asyncio`` module's, when
+# it is loaded): its own operations cost no call frame, and one body step pays for three.
+current_tasks: Any = (tasks._current_tasks  # type: ignore[attr-defined]
+                      if sys.version_info < (3, 14) else _SwappedCurrentTasks())

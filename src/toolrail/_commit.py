@@ -23,19 +23,17 @@ from ._state import DISPATCHED, FINAL, REFUSED, CallState
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["commit_now", "finish", "post_execute"]
+__all__ = ["awaits_post", "finish", "post_execute"]
 
 _ACCEPT: Final = Accept()
 
 
-def commit_now(core: Core, state: CallState) -> ToolResult | None:
-    """Stages 10-13 when there is no post-execute middleware to await; else ``None``
-    (then ``post_execute``, and ``finish``)."""
+def awaits_post(core: Core, state: CallState) -> bool:
+    """Whether stage 10 has post-execute middleware to await (then ``post_execute``,
+    before ``finish``): a dispatched or refused call, with a chain for its scope."""
     chains = core.chains
-    if (state.phase == DISPATCHED or state.phase == REFUSED) and not chains.quiet and (
-            chains.for_call(POST, state.execution._scope)):
-        return None
-    return finish(core, state)
+    return (state.phase == DISPATCHED or state.phase == REFUSED) and not chains.quiet and (
+        bool(chains.for_call(POST, state.execution._scope)))
 
 
 async def post_execute(core: Core, state: CallState) -> None:

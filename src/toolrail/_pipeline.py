@@ -91,7 +91,7 @@ def begin(core: Core, call: ToolCall, scope: Hashable | None,
     execution._parent = parent
     execution._signal = signal
     execution._signal_writable = False
-    state = _new(CallState)
+    state = CallState()
     state.execution = execution
     state.core = core
     state.caller = signal

@@ -21,12 +21,12 @@ from . import _scheduler
 from ._body import core_body
 from ._cancel import CancelSignal
 from ._chains import AROUND, POST, PRE, PROGRESS, RESULT
-from ._commit import commit_now, finish, post_execute
+from ._commit import finish, post_execute
 from ._core import Core, Presentation, Registration, Restriction
 from ._decisions import Approver
 from ._disposer import Disposer
 from ._entry import Entry
-from ._pipeline import begin, decide, decide_now, dispatched, lookup, run_dispatch
+from ._pipeline import begin, check_guards, decide, dispatched, run_dispatch
 from ._presentation import (
     RESERVED,
     RESTRICTED,
@@ -38,7 +38,7 @@ from ._presentation import (
 )
 from ._scheduler import Batch, CallStream, bind_calls
 from ._scope import Scope
-from ._state import READY
+from ._state import DISPATCHED, READY, REFUSED
 from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
 
 if TYPE_CHECKING:
@@ -117,33 +117,33 @@ class ToolRegistry:
         Never raises for anything the arguments, a tool, a middleware, a guard, an
         approver or an observer did; only ``BaseException``s that are not ``Exception``s
         propagate, after any body it started has finished.
+
+        The stages of pipeline.md, in order; the scheduler runs the same stage functions
+        (``_pipeline``, ``_commit``) and overlaps only dispatch. Each stage reads its chain
+        as it stands when it starts, and one with nothing to await (no middleware, no
+        approval) is done without an ``await``, or a call frame: this is the hot path.
         """
         if not isinstance(call, ToolCall):
             raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
-        return await self._execute(call, call.scope)
-
-    async def _execute(self, call: ToolCall, scope: Hashable | None) -> ToolResult:
-        """The stages of pipeline.md, in order (``Scope.execute`` binds its calls here).
-
-        Each stage reads its chain as it stands when it starts; a stage with nothing
-        to await (no middleware, no approval) is done without an ``await``.
-        """
         core = self._core
+        chains = core.chains
+        scope = call.scope
         state = begin(core, call, scope, call.signal)  # 1-3: lookup, snapshot, signal
-        if state.phase == READY and not decide_now(core, state):
-            await decide(core, state)  # 4-7: pre-execute, approval, guards, signal again
         if state.phase == READY:
-            lookup(core, state)  # 8: the definition dispatch runs
-            if core.chains.quiet or not core.chains.for_call(AROUND, scope):
-                # 9, with no around-execute middleware: the body, awaited right here
-                dispatched(state, await core_body(state, state.entry))
+            if state.asks or not chains.quiet and chains.for_call(PRE, scope):
+                await decide(core, state)  # 4-7: pre-execute, approval, guards, signal
+            else:
+                check_guards(core, state)  # 5-7
+        if state.phase == READY:
+            state.entry = entry = core.resolve(state.execution._name, scope)  # 8: dispatch's
+            if chains.quiet or not chains.for_call(AROUND, scope):
+                dispatched(state, await core_body(state, entry))  # 9: the body, right here
             else:
                 await run_dispatch(core, state)  # 8-9: around-execute around the body
-        result = commit_now(core, state)  # 10-13, when no post-execute middleware waits
-        if result is None:
+        if (state.phase == DISPATCHED or state.phase == REFUSED) and not chains.quiet and (
+                chains.for_call(POST, scope)):  # ``awaits_post``, without its frame
             await post_execute(core, state)  # 10: post-execute middleware
-            result = finish(core, state)  # 11-13: materialize, finalize, observers
-        return result
+        return finish(core, state)  # 11-13: materialize, finalize, observers
 
     async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
                   signal: CancelSignal | None = None) -> Batch:

@@ -165,7 +165,7 @@ _new = object.__new__
 
 def make_text(text: str) -> TextContent:
     """``TextContent(text)`` for a text already known to be a ``str``."""
-    block: Any = _new(_TextTwin)
+    block: Any = _TextTwin()
     block.text = text
     block.type = "text"
     block.__class__ = TextContent
@@ -182,7 +182,7 @@ def make_result(
     concludes_turn: bool,
 ) -> ToolResult:
     """``ToolResult(...)`` for fields already frozen and consistent."""
-    result: Any = _new(_ResultTwin)
+    result: Any = _ResultTwin()
     result.content = content
     result.is_error = is_error
     result.value = value

@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._cancel import CancelController, CancelSignal, link
-from ._commit import commit_now, finish, post_execute
+from ._commit import awaits_post, finish, post_execute
 from ._errors import ABORTED_BEFORE_DISPATCH
 from ._pipeline import begin, decide, decide_now, lookup, run_dispatch
 from ._results import ContextMessage, ToolResult
@@ -315,13 +315,11 @@ class _Driver:
             slot = self.slots.get(self.cursor)
             if slot is not None and slot.settled:
                 state = slot.state
-                result = commit_now(self.core, state)
-                if result is None:
+                if awaits_post(self.core, state):
                     await post_execute(self.core, state)
                     if self.failure is not None:  # it failed meanwhile: notify nothing more
                         raise self.failure
-                    result = finish(self.core, state)
-                state.result = result
+                state.result = finish(self.core, state)
                 return slot
             if self.started < total and self._may_start():
                 slot = self._prepare(self.started)

@@ -7,6 +7,7 @@ it, and closing the handle disposes that, newest first.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _scheduler
@@ -154,7 +155,7 @@ class Scope:
 
     async def execute(self, call: ToolCall) -> ToolResult:
         """Run ``call`` in this scope (``scope=None`` binds it here)."""
-        return await self._registry._execute(call, self._bind(call))
+        return await self._registry.execute(self._bind(call))
 
     async def run(self, calls: Iterable[ToolCall], *, max_parallel: int = 10,
                   signal: CancelSignal | None = None) -> Batch:
@@ -168,14 +169,15 @@ class Scope:
         listed, scopes = bind_calls(calls, max_parallel, signal, self.key, bound=True)
         return _scheduler.stream(self._core, listed, scopes, max_parallel, signal)
 
-    def _bind(self, call: ToolCall) -> Hashable:
+    def _bind(self, call: ToolCall) -> ToolCall:
+        """``call`` bound to this scope: the registry runs it as this scope's call."""
         if not isinstance(call, ToolCall):
             raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")
         if call.scope is not None and call.scope != self.key:
             raise ValueError(
                 f"call {call.call_id!r} names scope {call.scope!r}, not this scope {self.key!r}"
             )
-        return self.key
+        return call if call.scope is self.key else replace(call, scope=self.key)
 
     def close(self) -> None:
         """Dispose everything registered through this handle, newest first; idempotent."""

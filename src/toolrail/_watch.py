@@ -29,7 +29,7 @@ import types
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ._bodytask import BodyTask, swap
+from ._bodytask import BodyTask, current_tasks
 from ._cancel import CancelSignal
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
     steps = awaitable.__await__()
     body = watch.body
     if body is not None:
-        swap(watch.loop, body)  # type: ignore[arg-type]
+        current_tasks[watch.loop] = body
     try:
         if watch.fired and not watch.delivered:
             watch.delivered = True
@@ -192,7 +192,7 @@ def watched(awaitable: Awaitable[T], watch: Watch) -> Generator[Any, Any, T]:
         return cast(T, stop.value)
     finally:
         if body is not None:
-            swap(watch.loop, watch.task)  # type: ignore[arg-type]
+            current_tasks[watch.loop] = watch.task
     return cast(T, (yield from resume(steps, yielded, watch)))
 
 
@@ -239,14 +239,14 @@ def resume(steps: Generator[Any, Any, Any], yielded: Any,
                 error = asyncio.CancelledError() if message is None else asyncio.CancelledError(
                     message)
         if body is not None:
-            swap(loop, body)  # type: ignore[arg-type]
+            current_tasks[loop] = body
         try:
             yielded = steps.send(value) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value
         finally:
             if body is not None:
-                swap(loop, task)  # type: ignore[arg-type]
+                current_tasks[loop] = task
 
 
 async def wait_out(future: asyncio.Future[T], on_cancel: Callable[[], None]) -> T:
