@@ -1,4 +1,4 @@
-"""Set-up shared by the test_cancellation*.py files and test_aborted_before_dispatch.py:
+"""Set-up shared by the files of tests/cancellation/ (pipeline.md "Cancellation"):
 one tool ``"work"`` built around a given body, its call, and a ``Recorder`` of the stages
 that ran.
 

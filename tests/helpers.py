@@ -1,7 +1,8 @@
 """Set-up shared by several test files: raw tools and calls, bounded waits, gates, checks.
 
-Import as ``from helpers import ...`` (pytest puts ``tests/`` on ``sys.path``, as it does
-for ``mcp_fixtures``). A helper only one file uses stays in that file.
+Import as ``from helpers import ...`` from any folder of ``tests/`` (pyproject.toml puts
+``tests/`` on pytest's ``pythonpath``, for ``mcp_fixtures`` too). A helper only one file
+uses stays in that file.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Set-up shared by test_scheduler_cancellation.py, test_scheduler_failures.py and
-test_aborted_before_dispatch.py: a gated ``Lab`` whose tools record what they lived
-through, calls, and checks of the two cancellation outcomes.
+"""Set-up shared by the batch files of tests/cancellation/ (scheduler.md "Cancellation")
+and test_scheduler_failures.py: a gated ``Lab`` whose tools record what they lived
+through, calls, checks of the two cancellation outcomes, and the texts of contexts.
 
 Import as ``from scheduler_cancellation_helpers import ...``; helpers shared more
 widely are in helpers.py.
@@ -44,6 +44,11 @@ def assert_aborted(result: tr.ToolResult) -> None:
 
 def assert_aborted_before_dispatch(result: tr.ToolResult) -> None:
     assert_error(result, ABORTED_BEFORE, "ABORTED_BEFORE_DISPATCH", "ToolAbortedError")
+
+
+def texts(contexts: tuple[tr.ContextMessage, ...]) -> list[str]:
+    """The text of every text block of ``contexts``, in order."""
+    return [b.text for m in contexts for b in m.content if isinstance(b, tr.TextContent)]
 
 
 class Lab(GatedLab):

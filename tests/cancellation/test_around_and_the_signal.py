@@ -1,39 +1,23 @@
-"""Cancellation seen by around-execute (the signal it may install) and by the approver
-(spec: pipeline.md, "Around and the signal", "Approval", "Cancellation").
+"""pipeline.md "Around and the signal": inside around-execute middleware
+``execution.signal`` may be replaced; the body always receives a signal that fires when
+either the replacement or the caller's original signal fires; after the chain the
+caller's signal is restored; outside around-execute, assigning ``signal`` raises
+``AttributeError``.
 
-Every test proves ordering with ``asyncio.Event`` gates and bounds its waits.
+Every test proves ordering with gates (``asyncio.Event``, ``threading.Event`` for a
+worker thread) and bounds its waits; nothing synchronizes with sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 import pytest
 
 import toolrail as tr
-from cancellation_helpers import (
-    execute_until,
-    interruptible,
-    logging_body,
-    make_call,
-    record_post,
-    registry_for,
-    task_cancelled,
-)
-from helpers import (
-    ABORTED,
-    ABORTED_BEFORE,
-    CallNext,
-    PostNext,
-    PreNext,
-    assert_error,
-    observe,
-    one_turn,
-    wait_forever,
-)
-
-# ---- around-execute and the signal ----------------------------------------------------------
+from cancellation_helpers import execute_until, interruptible, make_call, registry_for
+from helpers import ABORTED, CallNext, PostNext, PreNext, assert_error, observe
 
 
 async def test_firing_a_signal_installed_by_around_execute_interrupts_the_body() -> None:
@@ -188,85 +172,3 @@ async def test_assigning_the_signal_outside_around_execute_raises_attribute_erro
     }
     assert seen[0][0].signal is caller.signal
 
-
-# ---- approval ------------------------------------------------------------------------------
-
-
-def pending_approver(
-    started: asyncio.Event,
-    approver_saw: list[str],
-    approver_does: str,
-    requests: list[tr.ApprovalRequest],
-) -> Callable[[tr.ApprovalRequest], Awaitable[tr.ApprovalOutcome]]:
-    """An approver that notes its request, opens ``started`` and waits; cancelled, it
-    notes "CancelledError", takes a turn, notes "finished", then does as
-    ``approver_does`` says: "re-raises", "rejects" or "allows once"."""
-
-    async def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
-        requests.append(request)
-        started.set()
-        try:
-            await wait_forever()
-        except asyncio.CancelledError:
-            approver_saw.append("CancelledError")
-            await one_turn()
-            approver_saw.append("finished")
-            if approver_does == "re-raises":
-                raise
-            if approver_does == "rejects":
-                return tr.ApprovalOutcome.REJECTED
-        return tr.ApprovalOutcome.ALLOWED_ONCE
-
-    return approver
-
-
-@pytest.mark.parametrize("approver_does", ["re-raises", "allows once", "rejects"])
-async def test_a_pending_approver_is_cancelled_and_awaited_when_the_signal_fires(
-    approver_does: str,
-) -> None:
-    started = asyncio.Event()
-    approver_saw: list[str] = []
-    requests: list[tr.ApprovalRequest] = []
-    ran: list[str] = []
-    controller = tr.CancelController()
-    approver = pending_approver(started, approver_saw, approver_does, requests)
-
-    registry = registry_for(logging_body(ran), approver=approver)
-    registry.pre_execute(lambda execution, call_next: tr.Ask("may I?"))
-    post_saw = record_post(registry)
-    seen = observe(registry)
-
-    task = await execute_until(registry, started, controller.signal)
-    controller.cancel()
-    result = await asyncio.wait_for(task, 5)
-
-    assert_error(result, ABORTED_BEFORE, "ABORTED_BEFORE_DISPATCH", "ToolAbortedError")
-    assert approver_saw == ["CancelledError", "finished"]
-    assert requests[0].signal is controller.signal
-    assert requests[0].reason == "may I?"
-    assert ran == []
-    assert post_saw == []
-    assert len(seen) == 1
-
-
-@pytest.mark.parametrize("approver_does", ["re-raises", "allows once"])
-async def test_cancelling_the_task_cancels_and_awaits_a_pending_approver(
-    approver_does: str,
-) -> None:
-    started = asyncio.Event()
-    approver_saw: list[str] = []
-    ran: list[str] = []
-    controller = tr.CancelController()
-    approver = pending_approver(started, approver_saw, approver_does, [])
-
-    registry = registry_for(logging_body(ran), approver=approver)
-    registry.pre_execute(lambda execution, call_next: tr.Ask())
-    seen = observe(registry)
-
-    task = await execute_until(registry, started, controller.signal)
-    await task_cancelled(task)
-
-    assert approver_saw == ["CancelledError", "finished"]
-    assert task.cancelled(), f"execute returned {task.result()!r}"
-    assert ran == []
-    assert seen == []

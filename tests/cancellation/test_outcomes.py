@@ -1,4 +1,9 @@
-"""pipeline.md "Cancellation", the outcome table, for bodies that do unusual things.
+"""pipeline.md "Cancellation": "Outcomes, most specific first" (the outcome table).
+
+The rows for bodies that ran: "the body fails, times out, or post-execute fails or
+blocks" -> that outcome; "the body was invoked, the caller's signal has fired, and the
+outcome after post-execute would otherwise be a success" -> ``ABORTED``. The rows before
+the body: test_aborted_before_dispatch.py.
 
 Three defects from randomized cancellation runs: a sync callable returning a coroutine
 was not interrupted like an async body; a retrying around-middleware turned a body
@@ -16,9 +21,8 @@ from typing import Any
 import pytest
 
 import toolrail as tr
-from helpers import assert_error, raw_tool, until, wait_forever, within
-
-ABORTED = "tool call aborted"
+from cancellation_helpers import execute_until, registry_for
+from helpers import ABORTED, PostNext, assert_error, raw_tool, until, wait_forever, within
 
 
 async def _committed(how: str, registry: tr.ToolRegistry,
@@ -54,6 +58,55 @@ async def committed_once_cancelled(
     controller.cancel()
     [committed] = await within(task)
     return committed
+
+
+def _failing_async(controller: tr.CancelController, wait_first: bool) -> Any:
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        if wait_first:
+            await asyncio.sleep(0)
+        controller.cancel()
+        raise ValueError("disk full")
+
+    return body
+
+
+def _failing_sync(controller: tr.CancelController) -> Any:
+    def body(arguments: Any, ctx: tr.RunContext) -> str:
+        controller.cancel()
+        raise ValueError("disk full")
+
+    return body
+
+
+@pytest.mark.parametrize("post_does", ["blocks", "raises"])
+async def test_post_execute_blocking_or_failing_after_cancellation_gives_that_outcome(
+    post_does: str,
+) -> None:
+    started = asyncio.Event()
+    controller = tr.CancelController()
+
+    async def body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
+        started.set()
+        await asyncio.wait_for(ctx.signal.wait(), 5)
+        return "finished"
+
+    def post(execution: tr.Execution, result: tr.ToolResult, call_next: PostNext) -> tr.Block:
+        if post_does == "raises":
+            raise tr.ToolError("audit log unavailable", code="AUDIT")
+        return tr.Block("not shown to the model")
+
+    registry = registry_for(body, cancellation="cooperative")
+    registry.post_execute(post)
+
+    task = await execute_until(registry, started, controller.signal)
+    controller.cancel()
+    result = await asyncio.wait_for(task, 5)
+
+    if post_does == "blocks":
+        assert result.error == tr.ErrorInfo("not shown to the model", "BLOCKED")
+        assert result.content == (tr.TextContent("not shown to the model"),)
+    else:
+        assert_error(result, "audit log unavailable", "AUDIT", "ToolError")
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -104,24 +157,6 @@ async def test_a_retry_after_the_signal_fired_reports_the_body_that_ran_as_abort
     assert started_flag in (None, True)
 
 
-def _failing_async(controller: tr.CancelController, wait_first: bool) -> Any:
-    async def body(arguments: Any, ctx: tr.RunContext) -> str:
-        if wait_first:
-            await asyncio.sleep(0)
-        controller.cancel()
-        raise ValueError("disk full")
-
-    return body
-
-
-def _failing_sync(controller: tr.CancelController) -> Any:
-    def body(arguments: Any, ctx: tr.RunContext) -> str:
-        controller.cancel()
-        raise ValueError("disk full")
-
-    return body
-
-
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("kind", ["async", "async after a wait", "inline", "thread",
                                   "cooperative"])
@@ -157,3 +192,4 @@ async def test_a_body_that_fails_once_interrupted_is_still_aborted(how: str) -> 
 
     result, _ = await committed_once_cancelled(how, body, started)
     assert_error(result, ABORTED, "ABORTED", "ToolAbortedError")
+

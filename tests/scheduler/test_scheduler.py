@@ -2,7 +2,7 @@
 
 Results and contexts, argument errors, scope binding, ``stream`` and ``Committed``,
 ownership and ``CallStream.batch``. Groups and the pool: test_scheduler_pool.py.
-Cancellation: test_scheduler_cancellation.py and test_aborted_before_dispatch.py;
+Cancellation: tests/cancellation/ (one file per bullet of scheduler.md "Cancellation");
 failures of the scheduler itself: test_scheduler_failures.py.
 
 Overlap and order are proven with ``asyncio.Event`` gates (every wait bounded by

@@ -1,14 +1,13 @@
-"""The rule "aborted before dispatch" in one place (spec: pipeline.md, "Cancellation",
-its outcomes most specific first; scheduler.md, "Cancellation").
+"""pipeline.md "Cancellation", outcomes most specific first: "cancelled before the body was
+invoked, and prepare did not end in a denial or a failure" -> ``ABORTED_BEFORE_DISPATCH``.
 
 A call cancelled before its body was invoked gets ``tool call aborted before dispatch``
 (code ``ABORTED_BEFORE_DISPATCH``, type ``ToolAbortedError``) unless its arguments fail
 the snapshot or prepare ended in a denial or a failure; it skips every remaining
 middleware stage but still goes through finalize content and one observer
-notification. In a batch, every call not started when the signal fires gets it.
-
-How bodies that did run see a cancellation (``ABORTED``): test_cancellation*.py and
-test_scheduler_cancellation.py.
+notification. The same rule in a batch (scheduler.md "Cancellation"):
+test_already_cancelled_when_the_batch_starts.py, test_the_batch_signal_fires_mid_batch.py
+and test_leaving_a_stream_early.py.
 """
 
 from __future__ import annotations
@@ -20,21 +19,11 @@ from collections.abc import Awaitable, Callable
 import toolrail as tr
 from cancellation_helpers import Recorder, logging_body, make_call, record_post, registry_for
 from helpers import ABORTED_BEFORE, CallNext, PreNext, assert_error, observe, within
-from scheduler_cancellation_helpers import (
-    NAN,
-    NOT_LOSSLESS,
-    Lab,
-    assert_aborted,
-    assert_aborted_before_dispatch,
-    call,
-)
+from scheduler_cancellation_helpers import Lab, assert_aborted, assert_aborted_before_dispatch, call
 
 
 async def no_body(arguments: tr.JsonValue, ctx: tr.RunContext) -> str:
     raise AssertionError("a denied or failed call has no body")
-
-
-# ---- before the body: stages 2-8 -------------------------------------------------------
 
 
 async def test_a_call_cancelled_before_execute_is_aborted_before_dispatch() -> None:
@@ -213,151 +202,6 @@ async def test_cancelling_in_around_execute_before_call_next_aborts_before_dispa
     assert len(seen) == 1
 
 
-# ---- the batch signal already cancelled --------------------------------------------------
-
-
-async def test_an_already_cancelled_batch_runs_nothing_and_aborts_every_call_before_dispatch() -> (
-    None
-):
-    lab = Lab()
-    controller = tr.CancelController()
-    controller.cancel("stop")
-    calls = [
-        call(0),
-        call(1, "solo"),
-        call(2, arguments=NAN),
-        call(3, "missing"),
-        call(4, "polite"),
-        call(5, "solo", arguments=NAN),
-    ]
-
-    batch = await within(lab.registry.run(calls, signal=controller.signal))
-
-    assert lab.log == ["commit c0", "commit c1", "commit c2", "commit c3", "commit c4", "commit c5"]
-    assert lab.stages == []  # no middleware, guard or body ran
-    for i in (0, 1, 3, 4):
-        assert_aborted_before_dispatch(batch.results[i])
-    assert_error(batch.results[2], NOT_LOSSLESS, None, None)
-    assert_error(batch.results[5], NOT_LOSSLESS, None, None)
-    assert [seen for _, seen in lab.notified] == list(batch.results)
-    assert batch.cancelled is True
-    assert batch.contexts == ()
-    assert batch.concludes_turn is False
-
-
-async def test_a_stream_of_an_already_cancelled_batch_yields_calls_not_started() -> None:
-    lab = Lab()
-    controller = tr.CancelController()
-    controller.cancel()
-    calls = [call(0), call(1, arguments=NAN), call(2, "solo")]
-
-    stream = lab.registry.stream(calls, signal=controller.signal)
-    async with contextlib.aclosing(stream):
-        items = [item async for item in stream]
-
-    assert [(item.index, item.started) for item in items] == [(0, False), (1, True), (2, False)]
-    assert [item.call for item in items] == calls
-    assert_aborted_before_dispatch(items[0].result)
-    assert_error(items[1].result, NOT_LOSSLESS, None, None)
-    assert lab.stages == []
-    assert lab.commits() == ["c0", "c1", "c2"]
-
-
-async def test_a_call_whose_own_signal_already_fired_is_the_only_one_aborted_before_dispatch() -> (
-    None
-):
-    lab = Lab()
-    lab.release("c0", "c2")
-    own = tr.CancelController()
-    own.cancel()
-    calls = [call(0), call(1, signal=own.signal), call(2)]
-
-    async with contextlib.aclosing(lab.registry.stream(calls)) as stream:
-        items = [item async for item in stream]
-
-    assert [item.started for item in items] == [True, False, True]
-    assert_aborted_before_dispatch(items[1].result)
-    assert [items[0].result.value, items[2].result.value] == ["c0", "c2"]
-    assert sorted(lab.starts()) == ["c0", "c2"]
-
-
-# ---- cancellation while a call is being prepared ------------------------------------------
-
-
-async def stream_where_c1s_pre_execute_cancels(
-    lab: Lab, decision: tr.PreDecision
-) -> list[tr.Committed]:
-    """Stream c0, c1 and c2; c1's pre-execute waits for c0 to start, cancels the batch
-    and returns ``decision``. Every item, in model order."""
-    controller = tr.CancelController()
-
-    async def pre(execution: tr.Execution, call_next: PreNext) -> tr.PreDecision:
-        if execution.call_id == "c1":
-            await lab.wait_started("c0")
-            controller.cancel()
-            return decision
-        return await call_next()
-
-    lab.registry.pre_execute(pre)
-    calls = [call(0), call(1), call(2)]
-
-    stream = lab.registry.stream(calls, signal=controller.signal)
-    async with contextlib.aclosing(stream):
-        return [item async for item in stream]
-
-
-async def test_a_pre_execute_that_cancels_the_batch_and_allows_aborts_its_call_before_dispatch() -> (  # noqa: E501
-    None
-):
-    lab = Lab()
-
-    items = await stream_where_c1s_pre_execute_cancels(lab, tr.Allow())
-
-    assert [item.started for item in items] == [True, False, False]
-    assert_aborted(items[0].result)
-    assert_aborted_before_dispatch(items[1].result)
-    assert_aborted_before_dispatch(items[2].result)
-    assert sorted(lab.starts()) == ["c0"]
-    assert "pre c2" not in lab.stages  # no further call starts
-    assert "around c1" not in lab.stages  # its own dispatch is skipped
-    assert "post c1" not in lab.stages  # ABORTED_BEFORE_DISPATCH skips post-execute
-    assert lab.commits() == ["c0", "c1", "c2"]
-
-
-async def test_a_pre_execute_that_cancels_the_batch_and_denies_keeps_its_denial() -> None:
-    lab = Lab()
-
-    items = await stream_where_c1s_pre_execute_cancels(lab, tr.Deny("not now"))
-
-    assert [item.started for item in items] == [True, True, False]
-    assert_aborted(items[0].result)
-    assert_error(items[1].result, "not now", "DENIED", None)
-    assert "post c1" in lab.stages  # a denial goes on to post-execute
-    assert_aborted_before_dispatch(items[2].result)
-    assert sorted(lab.starts()) == ["c0"]
-
-
-async def test_aclose_while_every_started_call_has_committed_aborts_the_rest_before_dispatch() -> (
-    None
-):
-    lab = Lab()
-    lab.release("c0")
-    calls = [call(0, "solo"), call(1, "solo"), call(2)]
-    stream = lab.registry.stream(calls)
-
-    first = await within(stream.__anext__())
-    await within(stream.aclose())
-
-    assert first.result.value == "c0"
-    assert sorted(lab.starts()) == ["c0"]
-    assert lab.commits() == ["c0", "c1", "c2"]
-    assert_aborted_before_dispatch(lab.notified[1][1])
-    assert_aborted_before_dispatch(lab.notified[2][1])
-
-
-# ---- more of what a dispatching or preparing call sees --------------------------------------
-
-
 async def test_a_call_whose_dispatch_began_but_body_never_ran_is_aborted_before_dispatch() -> None:
     lab = Lab()
     controller = tr.CancelController()
@@ -389,3 +233,4 @@ async def test_a_call_whose_dispatch_began_but_body_never_ran_is_aborted_before_
     assert_aborted_before_dispatch(items[1].result)
     assert sorted(lab.starts()) == ["c0"]
     assert "post c1" not in lab.stages
+

@@ -1,7 +1,7 @@
 """The execute pipeline, stage 9: the tool body, what it returns, how it fails, and
 `defer_context` / `conclude_turn` (spec: pipeline.md, "Body").
 
-Timeouts and cancellation live in test_cancellation*.py; here a body's signal only
+Timeouts and cancellation live in tests/cancellation/; here a body's signal only
 appears where the pipeline hands it on.
 """
 

@@ -1,19 +1,19 @@
-"""Edges of cancellation: a task that was already being cancelled, raising callbacks on a
-body signal, and a body signal first made in a worker thread.
+"""pipeline.md "Cancellation": "The *body signal* fires when the caller's signal, a signal
+installed by an around-execute middleware, or the tool's timeout fires."
 
-Found by a second review against the spec; each test names the rule it pins. Ordering
-is proven with gates (``asyncio.Event``, ``threading.Event`` for a worker thread), never
-with sleeps; ``asyncio.timeout(0)`` expires at the loop's next turn.
+It fires even during a body's only step (a body that never waits), when a callback on
+it raises, and when a worker thread made it first. Ordering is proven with gates
+(``asyncio.Event``, ``threading.Event`` for a worker thread), never with sleeps;
+``asyncio.timeout(0)`` expires at the loop's next turn.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,88 +21,25 @@ import toolrail as tr
 from helpers import own_timeout, raw_tool, results_seen, settled
 
 WAIT = 5
-T = TypeVar("T")
-
-
-
-
-
-
-
-
-async def after_a_handled_cancellation(work: Callable[[], Awaitable[T]]) -> T:
-    """Run ``work`` in a task that was cancelled earlier and handled it (as cleanup code
-    in an ``except CancelledError`` does): ``cancelling()`` is 1, no cancel is pending,
-    and nothing cancels the task while ``work`` runs."""
-    task = asyncio.current_task()
-    assert task is not None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.Event().wait()  # the cancellation is delivered here, and handled
-    assert task.cancelling() == 1
-    return await work()
 
 
 def raising_callback() -> None:
     raise RuntimeError("callback failed")
 
 
-# ---- a caller task that was already cancelling when execute started ---------------------
+def thread_reads_signal_first(ctx: tr.RunContext) -> asyncio.Future[str]:
+    """Start a worker thread that reads ``ctx.signal`` first (so it subscribes nothing),
+    and return once it has: the caller is still in the body's first step."""
+    read = threading.Event()
 
+    def worker() -> str:
+        ctx.signal  # noqa: B018  made here, in the worker thread
+        read.set()
+        return "thread"
 
-async def test_a_body_bounding_its_wait_in_an_already_cancelling_task_gets_its_own_result(
-) -> None:
-    """pipeline.md "Execute": only ``BaseException``s propagate, and ``CancelledError``
-    only when "the task running execute is itself cancelled" ("Cancellation"). A task
-    that handled an earlier cancellation (``cancelling() == 1``) and then runs a call is
-    not cancelled again; the body bounds a wait with ``asyncio.timeout`` and handles the
-    ``TimeoutError`` (asyncio itself hands it the ``TimeoutError``: the timeout compares
-    with the count it saw on entry). Expected: the body's value ``"fallback"``, observed
-    once."""
-    registry = tr.ToolRegistry()
-    seen = results_seen(registry)
-
-    async def bounded(arguments: Any, ctx: tr.RunContext) -> str:
-        return await own_timeout()
-
-    registry.register(raw_tool("bounded", bounded))
-
-    async def call() -> tr.ToolResult:
-        return await registry.execute(tr.ToolCall(call_id="1", name="bounded"))
-
-    # The reference: the same wait, without the registry, in the same situation.
-    assert await asyncio.ensure_future(after_a_handled_cancellation(own_timeout)) == "fallback"
-    result = await settled(asyncio.ensure_future(after_a_handled_cancellation(call)))
-    assert result.error is None
-    assert result.text == "fallback"
-    assert seen == [result]
-
-
-async def test_an_approver_bounding_its_wait_in_an_already_cancelling_task_is_applied(
-) -> None:
-    """pipeline.md "Approval": the approver's answer is applied; ``CancelledError``
-    propagates only when "the task running execute is cancelled while the approver is
-    pending". The task handled an earlier cancellation before the call; the approver
-    bounds a wait with ``asyncio.timeout``, handles the ``TimeoutError`` and answers
-    ``allowed-once``. Expected: the body runs (``"ran"``)."""
-
-    async def approver(request: tr.ApprovalRequest) -> str:
-        await own_timeout()
-        return "allowed-once"
-
-    registry = tr.ToolRegistry(approver=approver)
-    registry.register(raw_tool("gated", lambda arguments, ctx: "ran"))
-    registry.pre_execute(lambda execution, call_next: tr.Ask("sure?"))
-
-    async def call() -> tr.ToolResult:
-        return await registry.execute(tr.ToolCall(call_id="1", name="gated"))
-
-    result = await settled(asyncio.ensure_future(after_a_handled_cancellation(call)))
-    assert result.error is None
-    assert result.text == "ran"
-
-
-# ---- a body signal callback that raises while the trampoline fires the signal -----------
+    future = asyncio.get_running_loop().run_in_executor(None, worker)
+    assert read.wait(WAIT)
+    return future
 
 
 async def test_a_raising_body_signal_callback_does_not_abandon_a_body_whose_own_timeout_fires(
@@ -182,24 +119,6 @@ async def test_a_raising_body_signal_callback_does_not_abandon_a_body_when_its_t
         gc.collect()
 
 
-# ---- a body signal first read in a worker thread, with a raising callback ---------------
-
-
-def thread_reads_signal_first(ctx: tr.RunContext) -> asyncio.Future[str]:
-    """Start a worker thread that reads ``ctx.signal`` first (so it subscribes nothing),
-    and return once it has: the caller is still in the body's first step."""
-    read = threading.Event()
-
-    def worker() -> str:
-        ctx.signal  # noqa: B018  made here, in the worker thread
-        read.set()
-        return "thread"
-
-    future = asyncio.get_running_loop().run_in_executor(None, worker)
-    assert read.wait(WAIT)
-    return future
-
-
 async def test_a_body_cancelling_its_caller_after_a_thread_made_its_signal_is_aborted(
 ) -> None:
     """pipeline.md "Execute": ``execute`` never raises for anything a tool did; docs
@@ -262,34 +181,63 @@ async def test_a_body_waiting_after_a_thread_made_its_signal_is_awaited_before_e
         gc.collect()
 
 
-async def test_a_cancelled_error_a_dispatch_lets_through_cancels_the_batch_as_a_failure(
+async def test_the_body_signal_fires_when_the_callers_fires_during_a_body_that_never_waits(
 ) -> None:
-    """scheduler.md "Failures of the scheduler itself": any exception the pipeline lets
-    through, other than the run task's own CancelledError, "cancels the in-flight calls
-    as a batch cancellation would (their body signals fire)" -- so an in-flight body sees
-    the batch's reason, not a cancellation of its task."""
+    """pipeline.md "Cancellation": "The body signal fires when the caller's signal, a
+    signal installed by an around-execute middleware, or the tool's timeout fires." A body
+    that stops the turn (cancels its caller's signal) and returns without waiting is
+    ``ABORTED``, and its run context's signal, handed to work it started, has fired too,
+    although the body never read it before the cancel and nothing watched it."""
     registry = tr.ToolRegistry()
-    started = asyncio.Event()
-    reasons: list[str | None] = []
+    controller = tr.CancelController()
+    gate = asyncio.Event()
+    seen: list[tuple[bool, str | None]] = []
+    helpers: list[asyncio.Task[None]] = []
 
-    async def patient(arguments: Any, ctx: tr.RunContext) -> str:
-        started.set()
-        await asyncio.wait_for(ctx.signal.wait(), WAIT)
-        reasons.append(ctx.signal.reason)
-        return "stopped"
+    async def follow_up(ctx: tr.RunContext) -> None:
+        await gate.wait()
+        seen.append((ctx.signal.cancelled, ctx.signal.reason))
 
-    async def around(execution: tr.Execution, call_next: Callable[[], Any]) -> Any:
-        if execution.name == "breaks":
-            await asyncio.wait_for(started.wait(), WAIT)
-            raise asyncio.CancelledError  # a middleware's own doing: not the run task's
+    async def stop_turn(arguments: Any, ctx: tr.RunContext) -> str:
+        helpers.append(asyncio.ensure_future(follow_up(ctx)))  # watches ctx.signal later
+        controller.cancel("user pressed stop")
+        return "stopping"
+
+    registry.register(raw_tool("stop_turn", stop_turn))
+    result = await settled(registry.execute(
+        tr.ToolCall(call_id="1", name="stop_turn", signal=controller.signal)))
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+
+    gate.set()
+    await asyncio.wait_for(helpers[0], WAIT)
+    assert seen == [(True, "user pressed stop")]
+
+
+async def test_the_body_signal_fires_when_an_installed_signal_fires_during_a_body_that_never_waits(
+) -> None:
+    """The same rule for "a signal installed by an around-execute middleware": the body
+    cancels the middleware's signal and returns without waiting; the result is ``ABORTED``
+    and its body signal must have fired too."""
+    registry = tr.ToolRegistry()
+    installed = tr.CancelController()
+    kept: list[tr.RunContext] = []
+
+    async def deadline(execution: tr.Execution, call_next: Callable[[], Any]) -> Any:
+        execution.signal = installed.signal
         return await call_next()
 
-    registry.register(raw_tool("patient", patient, concurrency_safe=True,
-                          cancellation="cooperative"))
-    registry.register(raw_tool("breaks", patient, concurrency_safe=True))
-    registry.around_execute(around)
-    calls = [tr.ToolCall(call_id="0", name="patient"), tr.ToolCall(call_id="1", name="breaks")]
+    registry.around_execute(deadline)
 
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(registry.run(calls), WAIT)
-    assert reasons == ["the scheduler failed"]
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        kept.append(ctx)
+        installed.cancel("deadline")
+        return "done"
+
+    registry.register(raw_tool("t", body))
+    result = await settled(registry.execute(tr.ToolCall(call_id="1", name="t")))
+    assert result.error is not None
+    assert result.error.code == "ABORTED"
+
+    assert (kept[0].signal.cancelled, kept[0].signal.reason) == (True, "deadline")
+

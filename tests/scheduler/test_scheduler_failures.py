@@ -17,6 +17,8 @@ import toolrail as tr
 from helpers import PreNext, raw_tool, within
 from scheduler_cancellation_helpers import Lab, call
 
+WAIT = 5
+
 
 class Boom(BaseException):
     """A failure that is not a tool outcome: the pipeline lets it through."""
@@ -278,3 +280,36 @@ async def test_closing_a_stream_with_a_raising_body_signal_callback_still_winds_
     assert len(reported) == 1
     assert isinstance(reported[0], CallbackFailure)
     assert stream.batch.cancelled is True
+
+
+async def test_a_cancelled_error_a_dispatch_lets_through_cancels_the_batch_as_a_failure(
+) -> None:
+    """scheduler.md "Failures of the scheduler itself": any exception the pipeline lets
+    through, other than the run task's own CancelledError, "cancels the in-flight calls
+    as a batch cancellation would (their body signals fire)" -- so an in-flight body sees
+    the batch's reason, not a cancellation of its task."""
+    registry = tr.ToolRegistry()
+    started = asyncio.Event()
+    reasons: list[str | None] = []
+
+    async def patient(arguments: Any, ctx: tr.RunContext) -> str:
+        started.set()
+        await asyncio.wait_for(ctx.signal.wait(), WAIT)
+        reasons.append(ctx.signal.reason)
+        return "stopped"
+
+    async def around(execution: tr.Execution, call_next: Callable[[], Any]) -> Any:
+        if execution.name == "breaks":
+            await asyncio.wait_for(started.wait(), WAIT)
+            raise asyncio.CancelledError  # a middleware's own doing: not the run task's
+        return await call_next()
+
+    registry.register(raw_tool("patient", patient, concurrency_safe=True,
+                          cancellation="cooperative"))
+    registry.register(raw_tool("breaks", patient, concurrency_safe=True))
+    registry.around_execute(around)
+    calls = [tr.ToolCall(call_id="0", name="patient"), tr.ToolCall(call_id="1", name="breaks")]
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(registry.run(calls), WAIT)
+    assert reasons == ["the scheduler failed"]

@@ -6,7 +6,7 @@ Each later stage has its own file: test_pipeline_pre_execute.py, test_pipeline_a
 test_pipeline_guards.py, test_pipeline_around.py, test_pipeline_body.py,
 test_pipeline_post_execute.py, test_pipeline_materialize.py (materialize and finalize
 content) and test_pipeline_observers.py. Timeouts and cancellation live in
-test_cancellation*.py; here a call's signal only appears where a stage hands it on (the
+tests/cancellation/; here a call's signal only appears where a stage hands it on (the
 approver, around-execute, the body).
 """
 

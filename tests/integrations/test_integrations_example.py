@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "notes_agent.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "notes_agent.py"
 
 
 def run_example(answer: str) -> list[str]:
