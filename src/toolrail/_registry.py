@@ -130,7 +130,7 @@ class ToolRegistry:
         scope = call.scope
         state = begin(core, call, scope, call.signal)  # 1-3: lookup, snapshot, signal
         if state.phase == READY:
-            if state.asks or not chains.quiet and chains.for_call(PRE, scope):
+            if state.asks or (not chains.quiet and chains.for_call(PRE, scope)):
                 await decide(core, state)  # 4-7: pre-execute, approval, guards, signal
             else:
                 check_guards(core, state)  # 5-7
