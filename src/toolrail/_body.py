@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from asyncio import get_running_loop
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -59,84 +60,104 @@ async def core_body(state: CallState, entry: Entry | None) -> ToolResult:
     gets it then, with the timeout's deadline counted from the body's start. A signal
     that fired during that first step is found then: at once by the ``Watch``, or
     afterwards for a body that did not wait (the run context's own signal follows the
-    caller's meanwhile). Any other body is watched from the start (``_unwatched``).
+    caller's meanwhile). Any other body is watched from the start (``_watched_body``).
+
+    Every step of the body runs with a ``BodyTask`` as the current task (``_bodytask``),
+    so that its own cancellations are told from the call's.
     """
     execution = state.execution
-    if entry is None:
-        return unknown_tool(execution._name)
     caller = state.caller
-    if caller.cancelled:
-        # A retry's later attempt: the call's body did run, so the call was aborted.
-        return aborted() if state.invoked else aborted_before_dispatch()
+    if entry is None or caller.cancelled:
+        return _not_invoked(state, entry)
     state.invoked = True
+    if not entry.fast or execution._signal.cancelled:
+        return await _watched_body(state, entry)
+    loop = get_running_loop()
+    started = loop.time() if entry.tool.timeout is not None else 0.0
     # A typed function without a RunContext parameter never sees one: none is made.
-    context = None if entry.context_free else RunContext(execution, caller, state.core)
+    context = None if entry.context_free else RunContext(execution, caller, state.core, loop)
     watch: Watch | None = None
     body: BodyTask | None = None
     failure: ToolResult | None = None
     out: Any = None
     try:
-        if not entry.fast:
-            watch = _watch(state, entry, context, None)
-            assert context is not None
-            out = await _unwatched(entry, context, watch)
-        elif execution._signal.cancelled:
-            # An around-execute middleware installed a signal that has already fired:
-            # the body is interrupted at its very first step.
-            watch = _watch(state, entry, context, None)
-            out = await watched(entry.start(execution._arguments, context), watch)
+        steps = entry.start(execution._arguments, context)
+        if type(steps) is not CoroutineType:
+            steps = steps.__await__()
+        task = current_tasks.get(loop)
+        if task is not None:  # BodyTask.of(task), without its frame: the hot path
+            body = BodyTask()
+            body._task = task
+            body._done = False
+            current_tasks[loop] = body
+        try:
+            yielded = steps.send(None)
+        except StopIteration as stop:
+            out = stop.value
         else:
-            loop = asyncio.get_running_loop()
-            started = loop.time() if entry.tool.timeout is not None else 0.0
-            if context is not None:
-                context._loop = loop  # report_progress from another thread is delivered here
-            steps = entry.start(execution._arguments, context)
-            if type(steps) is not CoroutineType:
-                steps = steps.__await__()
-            task = current_tasks.get(loop)
-            if task is not None:  # BodyTask.of(task), without its frame: the hot path
-                body = BodyTask()
-                body._task = task
-                body._done = False
-                current_tasks[loop] = body
-            try:
-                yielded = steps.send(None)
-            except StopIteration as stop:
-                out = stop.value
-            else:
-                watch = _watch(state, entry, context, started, body)
-            finally:
-                if body is not None:
-                    current_tasks[loop] = task
-            if watch is not None:
-                out = await resume(steps, yielded, watch)
-        if entry.fast and entry.finish is not None:
+            watch = _watch(state, entry, context, started, body)
+        finally:
+            if body is not None:
+                current_tasks[loop] = task
+        if watch is not None:
+            out = await resume(steps, yielded, watch)
+        if entry.finish is not None:
             out = entry.finish(execution._name, out)
     except asyncio.CancelledError as exc:
         if watch is not None and watch.stands():
             raise
-        if watch is None or not (watch.fired and (entry.interrupts or watch.interrupts)):
-            failure = error(message_of(exc), None, "CancelledError")  # the body's own doing
+        failure = _own_cancellation(entry, watch, exc)
     except Exception as exc:
         failure = from_exception(exc)
     finally:
-        if watch is not None:
-            _unwatch(watch)
-        elif body is not None:
-            body._done = True
-        if context is not None:
-            _settle(state, context)
-    if watch is None and (caller.cancelled or execution._signal.cancelled):
-        # A signal fired during the body's only step, and nothing has passed it on yet.
-        if context is not None:
-            fired = caller if caller.cancelled else execution._signal
-            try:
-                context._cancel_body(fired.reason or "cancelled")
-            except Exception as exc:  # its callbacks: nobody's cancel() is there to raise
-                report_callback_error(exc)
-        # Nothing interrupted a body that never waited: a failure of its own stands.
-        return aborted() if failure is None else failure
+        _settle(state, context, watch, body)
     return _outcome(state, entry, watch, failure, out, context)
+
+
+def _not_invoked(state: CallState, entry: Entry | None) -> ToolResult:
+    """The dispatch result of a call whose body is not invoked."""
+    if entry is None:
+        return unknown_tool(state.execution._name)
+    # A retry's later attempt: the call's body did run, so the call was aborted.
+    return aborted() if state.invoked else aborted_before_dispatch()
+
+
+async def _watched_body(state: CallState, entry: Entry) -> ToolResult:
+    """A body watched from its start: one the signal cannot interrupt (a thread, an inline
+    sync body, a cooperative one: ``_unwatched``), or an async one whose around-execute
+    middleware installed a signal that has already fired (interrupted at its very first
+    step)."""
+    execution = state.execution
+    context = None if entry.context_free else RunContext(execution, state.caller, state.core)
+    watch = _watch(state, entry, context, None)
+    failure: ToolResult | None = None
+    out: Any = None
+    try:
+        if entry.fast:
+            out = await watched(entry.start(execution._arguments, context), watch)
+            if entry.finish is not None:
+                out = entry.finish(execution._name, out)
+        else:
+            assert context is not None
+            out = await _unwatched(entry, context, watch)
+    except asyncio.CancelledError as exc:
+        if watch.stands():
+            raise
+        failure = _own_cancellation(entry, watch, exc)
+    except Exception as exc:
+        failure = from_exception(exc)
+    finally:
+        _settle(state, context, watch, None)
+    return _outcome(state, entry, watch, failure, out, context)
+
+
+def _own_cancellation(entry: Entry, watch: Watch | None,
+                      exc: asyncio.CancelledError) -> ToolResult | None:
+    """The failure a ``CancelledError`` out of the body is: ``None`` when the watch
+    interrupted it, else one of the body's own doing (pipeline.md "Body")."""
+    if watch is not None and watch.fired and (entry.interrupts or watch.interrupts):
+        return None
+    return error(message_of(exc), None, "CancelledError")
 
 
 def _watch(state: CallState, entry: Entry, context: RunContext | None,
@@ -171,23 +192,47 @@ def _outcome(state: CallState, entry: Entry, watch: Watch | None, failure: ToolR
             raise asyncio.CancelledError  # the body swallowed a cancellation of this task
         if watch.timed_out:
             return timed_out(entry.tool.timeout)  # type: ignore[arg-type]
-        if watch.fired and (entry.interrupts or watch.interrupts) and (
-                failure is None or watch.delivered):
-            # Interrupted, it has not failed; a failure it met before any interruption
-            # reached it is its own (pipeline.md "Cancellation", the outcome table).
-            return aborted()
-    if failure is not None:
-        return failure
-    return body_result(entry, out, context is not None and context._concludes)
+        fired = watch.fired and (entry.interrupts or watch.interrupts)
+        if fired and watch.delivered:
+            return aborted()  # interrupted, it has not failed (pipeline.md "Cancellation")
+    else:
+        fired = _fired_during_step(state, context)
+    result = failure if failure is not None else body_result(
+        entry, out, context is not None and context._concludes)
+    # A failure it met before any interruption reached it is its own, an invalid output
+    # included; a success under a fired signal is an abort (the outcome table).
+    return aborted() if fired and not result.is_error else result
 
 
-def _settle(state: CallState, context: RunContext) -> None:
-    """The invocation is over: its context's effects stop, its messages are kept."""
-    context._settle()
-    if context._deferred:
-        if state.deferred is None:
-            state.deferred = []
-        state.deferred.extend(context._deferred)
+def _fired_during_step(state: CallState, context: RunContext | None) -> bool:
+    """Whether a signal fired during the only step of a body that never waited; then the
+    body signal fires now: nothing has passed it on yet."""
+    caller, installed = state.caller, state.execution._signal
+    if not (caller.cancelled or installed.cancelled):
+        return False
+    if context is not None:
+        fired = caller if caller.cancelled else installed
+        try:
+            context._cancel_body(fired.reason or "cancelled")
+        except Exception as exc:  # its callbacks: nobody's cancel() is there to raise
+            report_callback_error(exc)
+    return True
+
+
+def _settle(state: CallState, context: RunContext | None, watch: Watch | None,
+            body: BodyTask | None) -> None:
+    """The invocation is over: nothing watches it, its stand-in task reaches nothing, its
+    context's effects stop and its messages are kept."""
+    if watch is not None:
+        _unwatch(watch)
+    elif body is not None:
+        body._done = True
+    if context is not None:
+        context._settle()
+        if context._deferred:
+            if state.deferred is None:
+                state.deferred = []
+            state.deferred.extend(context._deferred)
 
 
 async def _unwatched(entry: Entry, context: RunContext, watch: Watch) -> Any:

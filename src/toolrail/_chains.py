@@ -41,14 +41,15 @@ class _Link:
 class Chains:
     """The registered middleware and observers of one registry."""
 
-    __slots__ = ("_cache", "_every", "_links", "_scoped", "quiet")
+    __slots__ = ("_cache", "_links", "_scoped", "every", "quiet")
 
     def __init__(self) -> None:
         # No pre-, around- or post-execute middleware at all, in any scope: a call
         # without any (the common case) reads this instead of looking up three chains.
         self.quiet = True
         self._links: list[list[_Link]] = [[] for _ in range(5)]
-        self._every: list[tuple[Callable[..., Any], ...]] = [() for _ in range(5)]
+        # Each stage's chain for a call in no scope (``for_call(stage, None)``).
+        self.every: list[tuple[Callable[..., Any], ...]] = [() for _ in range(5)]
         self._scoped: list[dict[Hashable, int]] = [{} for _ in range(5)]
         self._cache: list[dict[Hashable, tuple[Callable[..., Any], ...]]] = [
             {} for _ in range(5)]
@@ -87,7 +88,7 @@ class Chains:
     def for_call(self, stage: Stage, scope: Hashable | None) -> tuple[Callable[..., Any], ...]:
         """The chain a call in ``scope`` sees, outermost first, as it stands now."""
         if scope is None or scope not in self._scoped[stage]:
-            return self._every[stage]
+            return self.every[stage]
         cache = self._cache[stage]
         chain = cache.get(scope)
         if chain is None:
@@ -98,7 +99,7 @@ class Chains:
         return chain
 
     def _rebuild(self, stage: Stage) -> None:
-        self._every[stage] = tuple(link.fn for link in self._links[stage] if link.scope is None)
+        self.every[stage] = tuple(link.fn for link in self._links[stage] if link.scope is None)
         self._cache[stage] = {}
         links = self._links
         self.quiet = not (links[PRE] or links[AROUND] or links[POST])

@@ -68,7 +68,9 @@ def finish(core: Core, state: CallState) -> ToolResult:
         result = aborted(result.contexts)
     if state.finalize is not None:
         result = _finalize(state.finalize, execution, result)
-    observers = core.chains.for_call(RESULT, execution._scope)
+    scope = execution._scope
+    chains = core.chains
+    observers = chains.every[RESULT] if scope is None else chains.for_call(RESULT, scope)
     if observers:
         notify(core.logger, observers, execution, result)
     return result

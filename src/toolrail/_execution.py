@@ -118,7 +118,8 @@ class RunContext(Execution):
                  "_execution", "_fired", "_followed", "_installed", "_loop")
 
     def __init__(self, execution: Execution, caller: CancelSignal | None = None,
-                 core: Core | None = None) -> None:
+                 core: Core | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
         self._name = execution._name
@@ -128,7 +129,8 @@ class RunContext(Execution):
         self._signal_writable = False
         self._execution = execution
         self._core = core
-        self._loop: asyncio.AbstractEventLoop | None = None  # set for a worker thread's body
+        # The loop a report from another thread is delivered on (the pipeline sets it).
+        self._loop = loop
         self._active = True
         self._concludes = False
         self._deferred: list[ContextMessage] = []
@@ -261,7 +263,8 @@ class RunContext(Execution):
     def _settle(self) -> None:
         """The invocation is over: its effects stop and its signal follows nothing more."""
         self._active = False
-        self._unfollow()
+        if self._followed:  # ``_unfollow``, without its frame: every invocation settles
+            self._unfollow()
 
 
 def _on_a_loop() -> bool:

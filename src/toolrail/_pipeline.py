@@ -159,7 +159,8 @@ def _unrunnable(state: CallState) -> ToolResult | None:
 def check_guards(core: Core, state: CallState) -> None:
     """Stages 5-7 for an allowed call."""
     execution = state.execution
-    guards = core.guards_for(execution._scope)
+    scope = execution._scope
+    guards = core.guards if scope is None else core.guards_for(scope)
     if guards:
         try:
             reason = _run_guards(guards, execution)
@@ -302,7 +303,8 @@ def dispatched(state: CallState, result: ToolResult) -> None:
     # By its plain value: a str subclass's own __eq__ never runs. (A retry's attempt
     # after the stop gets ABORTED from the core once the body ran: see ``core``.)
     skipped = code is not None and plain_str(code) == ABORTED_BEFORE_DISPATCH
-    state.end(NOT_STARTED if skipped else DISPATCHED, result)
+    state.phase = NOT_STARTED if skipped else DISPATCHED  # ``state.end``, without its frame
+    state.result = result
 
 
 def _plain_around(out: Any) -> bool:
