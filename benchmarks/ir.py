@@ -8,9 +8,9 @@
 ``execute``, typed ``execute``, a 10-call ``run``, the typed floor) at ``N1`` iterations,
 and once per kind with that kind at ``N2``, all after the same warm-up; a kind's figure
 is the difference of the two counts over ``N2 - N1``, which cancels the interpreter's
-start-up and the imports. With ``PYTHONHASHSEED=0`` the counts repeat from run to run to
-within an instruction per call, whatever else the machine is doing, so the runs go in
-parallel, one per core.
+start-up and the imports. With ``PYTHONHASHSEED=0`` the figures repeat from run to run
+within a few hundredths of a per cent (addresses still vary), whatever else the machine
+is doing, so the runs go in parallel, one per core.
 
 The baseline (``ir_baseline.json``) is keyed by the Python minor version, since each
 interpreter executes a different number of instructions for the same code, and records
@@ -140,7 +140,8 @@ def compare(counts: Mapping[str, int], baseline: Baseline | None, *, python: str
                          f"refresh it with `{REFRESH}`")
             continue
         change = now / then - 1
-        figures = f"{now:,} instructions per call against {then:,}, {change:+.1%}"
+        unit = "per batch" if kind == "run" else "per call"
+        figures = f"{now:,} instructions {unit} against {then:,}, {change:+.2%}"
         if change > threshold:
             regressions.append(kind)
             lines.append(f"REGRESSION {kind}: {figures} (over {threshold:.0%}); "

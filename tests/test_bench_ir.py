@@ -65,7 +65,7 @@ def test_the_plan_raises_one_kind_at_a_time_above_the_common_base() -> None:
 def test_a_rise_of_3_5_percent_is_a_regression_with_the_commits_to_look_at() -> None:
     verdict = _compare({**COUNTS, "raw": 41_400}, _baseline())
     assert verdict.regressions == ("raw",)
-    assert ("REGRESSION raw: 41,400 instructions per call against 40,000, +3.5% (over 3%); "
+    assert ("REGRESSION raw: 41,400 instructions per call against 40,000, +3.50% (over 3%); "
             "look at commits 1111111..2222222 (git log --oneline 1111111..2222222 -- src)"
             ) in verdict.lines
 
@@ -73,7 +73,7 @@ def test_a_rise_of_3_5_percent_is_a_regression_with_the_commits_to_look_at() -> 
 def test_a_rise_of_2_9_percent_is_not_a_regression() -> None:
     verdict = _compare({**COUNTS, "typed": 51_450}, _baseline())
     assert verdict.regressions == ()
-    assert "typed: 51,450 instructions per call against 50,000, +2.9%" in verdict.lines
+    assert "typed: 51,450 instructions per call against 50,000, +2.90%" in verdict.lines
     assert verdict.lines[-1] == "no figure rose more than 3%"
 
 
@@ -89,7 +89,7 @@ def test_the_floor_is_not_held_to_the_baseline() -> None:
 def test_a_drop_asks_for_the_baseline_to_be_refreshed() -> None:
     verdict = _compare({**COUNTS, "run": 700_000}, _baseline())
     assert verdict.regressions == ()
-    assert any(line.startswith("run: 700,000 instructions per call against 800,000, -12.5%: "
+    assert any(line.startswith("run: 700,000 instructions per batch against 800,000, -12.50%: "
                                "fewer; refresh the baseline with `python3 scripts/dev.py "
                                "bench --ir --update-baseline`") for line in verdict.lines)
 
