@@ -264,8 +264,11 @@ def run(*, against: str | None = None, update: bool = False,
     pydantic = installed_version("pydantic")
     head = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--", "src"))
-    if against:
-        _git("rev-parse", "--verify", "--quiet", f"{against}^{{commit}}")
+    if against and subprocess.run(["git", "rev-parse", "--verify", "--quiet",
+                                   f"{against}^{{commit}}"], cwd=ROOT, capture_output=True,
+                                  check=False).returncode:
+        print(f"--against {against}: no such commit in {ROOT}", file=sys.stderr)
+        return 2
     tool = subprocess.run([valgrind, "--version"], capture_output=True, text=True,
                           check=False).stdout.strip()
     print(f"toolrail instruction counts — Python {platform.python_version()}, "
