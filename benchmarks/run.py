@@ -3,6 +3,8 @@
     python3 scripts/dev.py bench            # full run (about two minutes)
     python3 scripts/dev.py bench --quick    # a few iterations, to check it runs
     python3 scripts/dev.py bench --only typed --only peers   # some suites only
+    python3 scripts/dev.py bench --ir       # instructions per call against a baseline
+    python3 scripts/dev.py bench --ir --against 334927d   # and beside another commit's
 
 Figures are medians over repeats, in microseconds per operation, measured in one
 process on one machine; compare ratios, not absolute numbers, across machines.
@@ -28,6 +30,7 @@ from benchmarks import (
     bench_pipeline,
     bench_scheduler,
     bench_typed,
+    ir,
 )
 
 # (name for --only, title, module)
@@ -51,7 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few iterations: a smoke run")
     parser.add_argument("--only", action="append", choices=[name for name, _, _ in SUITES],
                         help="run only this suite (may be repeated)")
+    parser.add_argument("--ir", action="store_true",
+                        help="count instructions per call under callgrind instead, against "
+                             "benchmarks/ir_baseline.json (see benchmarks/ir.py)")
+    parser.add_argument("--against", metavar="REV",
+                        help="with --ir: measure REV too, from a temporary git worktree")
+    parser.add_argument("--update-baseline", action="store_true",
+                        help="with --ir: record this tree's counts as the baseline")
     args = parser.parse_args(argv)
+    if args.ir:
+        return ir.run(against=args.against, update=args.update_baseline)
+    if args.against or args.update_baseline:
+        parser.error("--against and --update-baseline go with --ir")
     print(
         f"toolrail benchmarks — Python {platform.python_version()} on {platform.machine()}"
         f"{' (quick mode: figures are not meaningful)' if args.quick else ''}\n"
