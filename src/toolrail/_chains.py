@@ -86,8 +86,12 @@ class Chains:
         return Disposer(remove)
 
     def for_call(self, stage: Stage, scope: Hashable | None) -> tuple[Callable[..., Any], ...]:
-        """The chain a call in ``scope`` sees, outermost first, as it stands now."""
-        if scope is None or scope not in self._scoped[stage]:
+        """The chain a call in ``scope`` sees, outermost first, as it stands now (a scope
+        that cannot be hashed has none of its own: its call is an error result)."""
+        try:
+            if scope is None or scope not in self._scoped[stage]:
+                return self.every[stage]
+        except Exception:
             return self.every[stage]
         cache = self._cache[stage]
         chain = cache.get(scope)

@@ -29,7 +29,7 @@ from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
 from ._errors import ABORTED_BEFORE_DISPATCH
 from ._execution import Execution, ExecutionToken
 from ._failures import Invalid, aborted_before_dispatch, denied, error, from_exception, unknown_tool
-from ._foreign import discard, is_awaitable, plain_str, safe_repr
+from ._foreign import discard, is_awaitable, message_of, plain_str, safe_repr
 from ._json import MISSING, snapshot_json
 from ._materialize import replace_result
 from ._presentation import collapsed
@@ -74,7 +74,11 @@ def begin(core: Core, call: ToolCall, scope: Hashable | None,
     call_id, name, parent = call.call_id, call.name, call.parent
     if signal is None:
         signal = _NEVER
-    entry = core.resolve(name, scope)
+    unscoped: Exception | None = None
+    try:
+        entry = core.resolve(name, scope)
+    except Exception as exc:  # a scope that cannot be hashed or compared
+        entry, unscoped = None, exc
     arguments: Any = snapshot
     if arguments is None:
         try:
@@ -104,7 +108,10 @@ def begin(core: Core, call: ToolCall, scope: Hashable | None,
     state.invoked = False
     state.deferred = None
     state.trusted = True
-    if arguments is MISSING:
+    if unscoped is not None:
+        state.finalize = None
+        state.end(FINAL, error(f"tool call scope must be hashable: {message_of(unscoped)}"))
+    elif arguments is MISSING:
         state.end(FINAL, error("tool call arguments must be losslessly JSON-serializable"))
     elif signal.cancelled:
         state.end(NOT_STARTED, aborted_before_dispatch())

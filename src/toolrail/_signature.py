@@ -70,6 +70,10 @@ class Signature:
         # Both are made by the first quick call: decorating stays cheap, and a tool
         # never called keeps nothing more.
         quick = not strict and self._nested_extra is None
+        # The approval path validates once: asking (a ``requires_approval`` callable),
+        # the pipeline's check that the call can run, and the body share this outcome,
+        # kept for that very (frozen) arguments object until the body takes it.
+        self.held: tuple[Any, dict[str, Any] | ToolArgsError] | None = None
         self.names: frozenset[str] | None = None
         self.quick: Callable[[Any], Any] | None = self._first_quick if quick else None
         self.returns = returns
@@ -196,6 +200,27 @@ class Signature:
             violation(e, self._core_schema, root="") for e in exc.errors()))
         return ToolArgsError("invalid arguments: " + "; ".join(violations),
                              violations=violations)
+
+    def hold(self, arguments: JsonValue) -> dict[str, Any]:
+        """``validate``, kept for the body of this call (see ``held``); a dict of its own."""
+        held = self.held
+        if held is None or held[0] is not arguments:
+            try:
+                outcome: dict[str, Any] | ToolArgsError = self.validate(arguments)
+            except ToolArgsError as exc:
+                outcome = exc
+            held = self.held = (arguments, outcome)
+        if type(held[1]) is dict:
+            return dict(held[1])
+        raise held[1]  # type: ignore[misc]
+
+    def take(self, arguments: JsonValue) -> dict[str, Any] | None:
+        """The keyword arguments ``hold`` validated for this arguments object, once."""
+        held = self.held
+        if held is None or held[0] is not arguments or type(held[1]) is not dict:
+            return None
+        self.held = None
+        return held[1]  # type: ignore[return-value]
 
     def soft_validate(self, arguments: JsonValue) -> dict[str, Any] | None:
         try:

@@ -127,14 +127,16 @@ class TypedBody(CheckedBody):
         self.name = getattr(func, "__name__", "tool")
 
     def _kwargs(self, arguments: JsonValue, context: RunContext) -> dict[str, Any]:
-        kwargs = self._spec.validate(arguments)
+        kwargs = self._spec.take(arguments)
+        if kwargs is None:
+            kwargs = self._spec.validate(arguments)
         if self._context is not None:
             kwargs[self._context] = context
         return kwargs
 
     def check_arguments(self, arguments: Any) -> Exception | None:
         try:
-            self._spec.validate(arguments)
+            self._spec.hold(arguments)  # the body takes what this validated
         except ToolArgsError as exc:
             return exc
         return None
@@ -153,17 +155,20 @@ class _AsyncBody(TypedBody):
         spec = self._spec
         quick = spec.quick
         names = spec.names  # read after quick: _first_quick sets names first
-        if quick is not None and type(arguments) is FrozenDict and (
-                names is None or names.issuperset(arguments)):
+        # Validated on the approval path already (``Signature.held``), else here.
+        kwargs = None if spec.held is None else spec.take(arguments)
+        if kwargs is None:
+            if quick is None or type(arguments) is not FrozenDict or (
+                    names is not None and not names.issuperset(arguments)):
+                return self._call(**self._kwargs(arguments, context))
             # The common case, with no call in between: lax, no nested models.
             try:
                 kwargs = quick(thaw(arguments) if spec.thaws else arguments)
             except ValidationError as exc:
                 raise spec.args_error(exc) from None
-            if self._context is not None:
-                kwargs[self._context] = context
-            return self._call(**kwargs)
-        return self._call(**self._kwargs(arguments, context))
+        if self._context is not None:
+            kwargs[self._context] = context
+        return self._call(**kwargs)
 
     def finish(self, name: str, value: Any) -> Any:
         spec = self._spec
@@ -213,8 +218,11 @@ class _Approval(_Classifier):
     _option = "requires_approval must be a bool or a callable"
 
     def __call__(self, arguments: JsonValue) -> bool:
-        kwargs = self._spec.soft_validate(arguments)
-        return True if kwargs is None else self._invoke(kwargs) is True
+        try:
+            kwargs = self._spec.hold(arguments)  # validated once for the call (``held``)
+        except ToolArgsError:
+            return True
+        return self._invoke(kwargs) is True
 
 
 class _Presenter(_Classifier):

@@ -193,3 +193,41 @@ async def test_a_body_that_fails_once_interrupted_is_still_aborted(how: str) -> 
     result, _ = await committed_once_cancelled(how, body, started)
     assert_error(result, ABORTED, "ABORTED", "ToolAbortedError")
 
+
+
+@pytest.mark.parametrize("wait_first", [False, True], ids=["never waits", "waits first"])
+@pytest.mark.parametrize("how", HOW)
+async def test_a_body_that_cancels_its_call_then_returns_an_invalid_value_gets_invalid_output(
+        how: str, wait_first: bool) -> None:
+    # "the body fails ... -> that outcome": an invalid output is the body's own failure,
+    # met before any interruption reached it (it never waits after the signal fired).
+    controller = tr.CancelController()
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> Any:
+        if wait_first:
+            await asyncio.sleep(0)
+        controller.cancel()
+        return {1, 2}  # a set is not JSON
+
+    registry = tr.ToolRegistry()
+    registry.register(raw_tool("t", body))
+    [(result, started)] = await _committed(how, registry, controller.signal)
+    assert_error(result, 'tool "t" returned invalid output: value is not lossless JSON: $ is a '
+                 "set", "INVALID_TOOL_OUTPUT", "ToolOutputError")
+    assert started in (None, True)
+    assert controller.signal.cancelled
+
+
+@pytest.mark.parametrize("how", HOW)
+async def test_a_body_that_cancels_its_call_then_returns_a_valid_value_is_aborted(
+        how: str) -> None:
+    controller = tr.CancelController()
+
+    async def body(arguments: Any, ctx: tr.RunContext) -> str:
+        controller.cancel()
+        return "ran"
+
+    registry = tr.ToolRegistry()
+    registry.register(raw_tool("t", body))
+    [(result, _)] = await _committed(how, registry, controller.signal)
+    assert_error(result, ABORTED, "ABORTED", "ToolAbortedError")

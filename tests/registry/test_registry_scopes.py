@@ -7,6 +7,7 @@ A scope has a layer while something is registered, restricted, guarded or added
 from __future__ import annotations
 
 import doctest
+from typing import Any, cast
 
 import toolrail as tr
 import toolrail._registry
@@ -79,3 +80,31 @@ def test_each_call_returns_a_new_list() -> None:
 
 def test_the_registry_module_examples_run() -> None:
     assert doctest.testmod(toolrail._registry).failed == 0
+
+
+class _NoHash:
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no equality")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash")
+
+
+async def test_a_call_whose_scope_cannot_be_hashed_is_an_error_result_never_raised() -> None:
+    # ToolCall construction stays allowed; execute/run/stream never raise for it, and the
+    # global observers see the error once per call.
+    registry = adder_registry()
+    registry.scope("agent")
+    seen: list[tr.ErrorInfo | None] = []
+    registry.on_result(lambda execution, result: seen.append(result.error))
+    for scope, reason in ((cast(Any, ["agent"]), "unhashable type: 'list'"),
+                          (_NoHash(), "no hash")):
+        message = f"tool call scope must be hashable: {reason}"
+        call = tr.ToolCall(call_id="1", name="add", arguments={"a": 1, "b": 2}, scope=scope)
+        results = [await registry.execute(call), (await registry.run([call])).results[0]]
+        results += [item.result async for item in registry.stream([call])]
+        for result in results:
+            assert result.error == tr.ErrorInfo(message, None, None)
+            assert result.content == (tr.TextContent("Error: " + message),)
+        assert seen == [tr.ErrorInfo(message, None, None)] * 3
+        seen.clear()

@@ -184,3 +184,42 @@ async def test_present_result_returns_none_for_invalid_arguments_without_calling
     assert tool.present_result(tr.snapshot_json({"path": 3.5}), result) is None
     assert tool.present_result("raw", result) is None
     assert seen == []
+
+
+async def test_the_approval_path_validates_a_typed_calls_arguments_once() -> None:
+    # requires_approval (on validated arguments), the check that the call can run, and
+    # the body share one validation; a call that cannot run is validated once too.
+    from toolrail import _signature
+
+    counted: list[object] = []
+    original = _signature.Signature.validate
+
+    def validate(self: _signature.Signature, arguments: Any) -> dict[str, Any]:
+        counted.append(arguments)
+        return original(self, arguments)
+
+    asked: list[str] = []
+    registry = tr.ToolRegistry()
+
+    async def approver(request: tr.ApprovalRequest) -> tr.ApprovalOutcome:
+        asked.append(request.tool_name)
+        return tr.ApprovalOutcome.ALLOWED_ONCE
+
+    registry.approver = approver
+
+    @registry.tool(requires_approval=lambda path, limit: limit > 10)
+    async def read(path: str, limit: int = 5) -> str:
+        """Read."""
+        return f"{path}:{limit}"
+
+    _signature.Signature.validate = validate  # type: ignore[method-assign]
+    try:
+        ok = await registry.execute(call("read", {"path": "a", "limit": "20"}))
+        assert ok.value == "a:20" and asked == ["read"]
+        assert len(counted) == 1
+        counted.clear()
+        bad = await registry.execute(call("read", {"path": 3, "limit": 20}))
+        assert bad.error is not None and bad.error.code == "INVALID_ARGS"
+        assert len(counted) == 1 and asked == ["read"]  # nobody is asked about it
+    finally:
+        _signature.Signature.validate = original  # type: ignore[method-assign]

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["CodeFailedError", "run_program"]
 
 _STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
+_DEATH_POLL: Final = 0.002  # seconds between looks at a killed worker
+_DEATH_POLLS: Final = 1000  # ... for at most two seconds
 ENDED: Final = "the program ended"
 
 
@@ -110,6 +112,7 @@ class _Program:
         self.done = asyncio.Event()
         self.pending: dict[int, int] = {}  # the sandbox's call id -> the driver index
         self.pid: int | None = None
+        self.killed = False  # its worker was sent SIGKILL
 
     def stop(self, reason: str) -> None:
         """Stop the program: no call starts any more; started ones finish and commit."""
@@ -160,6 +163,19 @@ class _Program:
             self._kill()
         with contextlib.suppress(asyncio.CancelledError):
             await program
+        await self._dead()
+
+    async def _dead(self) -> None:
+        """Wait until a killed worker has stopped running: a SIGKILL is delivered when the
+        kernel next schedules it, so on a busy machine it may run a moment after ``kill``.
+        The worker is the sandbox's process, not our child: there is nothing to wait on,
+        so this polls (briefly: a killed process stops within a scheduling quantum)."""
+        if not self.killed:
+            return
+        for _ in range(_DEATH_POLLS):
+            if not alive(self.pid):
+                return
+            await asyncio.sleep(_DEATH_POLL)
 
     def _kill(self) -> None:
         # Called while the session still holds the worker, so the pid is still its own
@@ -167,6 +183,7 @@ class _Program:
         if self.pid is not None and alive(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
+                self.killed = True
 
     async def _drive(self) -> None:
         """Commit the nested calls in submission order, telling the program of each."""
