@@ -24,7 +24,7 @@ from ._decisions import Approver
 from ._entry import Entry
 from ._json import snapshot_json
 from ._presentation import RUN_CODE, Mode
-from ._tool import ExecutionMode, ToolCall
+from ._tool import ExecutionMode, ToolCall, ToolSchema
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -108,12 +108,11 @@ def approving_with(registry: ToolRegistry, approver: Approver) -> Iterator[None]
 class Core:
     """The layers, the chains, the guards, the approver and the logger of one registry."""
 
-    __slots__ = ("_approver", "chains", "coded", "guards", "logger", "owner", "presentation",
-                 "scopes", "tools")
+    __slots__ = ("_approver", "_make_transport", "_schemas", "_transports", "chains", "coded",
+                 "guards", "logger", "presentation", "scopes", "tools", "version")
 
-    def __init__(self, owner: ToolRegistry, approver: Approver | None,
-                 logger: logging.Logger, presentation: Mode) -> None:
-        self.owner = owner  # for code mode's transport, built per scope by the registry
+    def __init__(self, approver: Approver | None, logger: logging.Logger, presentation: Mode,
+                 make_transport: Callable[[tuple[Entry, ...]], Entry]) -> None:
         self._approver = approver
         self.logger = logger
         self.presentation = presentation  # the registry's own mode
@@ -123,6 +122,12 @@ class Core:
         self.scopes: dict[Hashable, ScopeState] = {}
         self.guards: tuple[Registration, ...] = ()
         self.chains = Chains()
+        self.version = 0  # counts every change of tools, restrictions and presentations
+        self._schemas: tuple[int, list[ToolSchema]] | None = None
+        # ``run_code`` for a scope (code mode), built by ``make_transport`` from the tools
+        # that scope sees, and kept while they stay the same (see ``transport``).
+        self._make_transport = make_transport
+        self._transports: dict[Hashable, tuple[int, int, tuple[Entry, ...], Entry]] = {}
 
     @property
     def approver(self) -> Approver | None:
@@ -142,7 +147,7 @@ class Core:
     def resolve(self, name: str, scope: Hashable | None) -> Entry | None:
         """The entry ``scope`` sees under ``name``: its own, else an unmasked global."""
         if self.coded and name == RUN_CODE:
-            return None if self.mode_of(scope) == "native" else self.owner._transport(scope)
+            return None if self.mode_of(scope) == "native" else self.transport(scope)
         if scope is None:
             return self.tools.get(name)
         state = self.scopes.get(scope)
@@ -157,6 +162,58 @@ class Core:
                 if restriction.hides(name):
                     return None
         return entry
+
+    def visible_schemas(self, scope: Hashable | None) -> list[ToolSchema]:
+        """The schemas of the tools ``scope`` sees (its own, and the unmasked globals), in
+        name order; a new list, cached while nothing changed."""
+        core = self
+        state = core.scopes.get(scope) if scope is not None else None
+        if state is None:
+            cached = self._schemas
+            if cached is None or cached[0] != self.version:
+                ordered = sorted(core.tools.items())
+                cached = self._schemas = (self.version, [e.schema for _, e in ordered])
+            return list(cached[1])
+        scoped = state.schemas
+        if scoped is None or scoped[0] != self.version or scoped[1] != state.version:
+            visible = {n: e for n, e in core.tools.items()
+                       if not any(r.hides(n) for r in state.restrictions)}
+            visible.update(state.tools)
+            ordered = sorted(visible.items())
+            scoped = state.schemas = (self.version, state.version,
+                                      [e.schema for _, e in ordered])
+        return list(scoped[2])
+
+    def transport(self, scope: Hashable | None) -> Entry:
+        """``run_code`` for ``scope``: the same entry (and SDK text) while the tools it
+        calls are the same ones; looked up in O(1) while nothing changed."""
+        state = self.scopes.get(scope) if scope is not None else None
+        key = scope if state is not None else None
+        version = -1 if state is None else state.version
+        cached = self._transports.get(key)
+        if cached is not None and cached[0] == self.version and cached[1] == version:
+            return cached[3]
+        entries = tuple(e for e in (self.visible_entry(s.name, scope)
+                                    for s in self.visible_schemas(scope)) if e is not None)
+        if cached is not None and len(cached[2]) == len(entries) and all(
+                a is b for a, b in zip(cached[2], entries, strict=True)):
+            entry = cached[3]
+        else:
+            entry = self._make_transport(entries)
+        self._transports[key] = (self.version, version, entries, entry)
+        scopes = self.scopes
+        if len(self._transports) > 2 * len(scopes) + 8:  # forget closed scopes
+            for stale in [k for k in self._transports if k is not None and k not in scopes]:
+                del self._transports[stale]
+        return entry
+
+    def visible_entry(self, name: str, scope: Hashable | None) -> Entry | None:
+        """The entry behind a visible schema: the scope's own, else the global one."""
+        core = self
+        state = core.scopes.get(scope) if scope is not None else None
+        if state is not None and name in state.tools:
+            return state.tools[name]
+        return core.tools.get(name)
 
     def refuses(self, call: ToolCall, scope: Hashable | None) -> bool:
         """The collapse: a model-direct call of a native tool where only run_code is offered."""

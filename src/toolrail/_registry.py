@@ -74,14 +74,11 @@ class ToolRegistry:
             require_code_extra()
         if code is not None:
             _check_settings(code)
-        self._core = Core(self, approver,
-                          logger if logger is not None else logging.getLogger("toolrail"), mode)
+        self._core = Core(approver, logger if logger is not None else logging.getLogger("toolrail"),
+                          mode, self._transport)
         self._code = code
-        self._transports: dict[Hashable, tuple[int, int, tuple[Entry, ...], Entry]] = {}
         self._pool: SandboxPool | None = None
         self._listeners: list[Callable[[], None]] = []
-        self._version = 0  # counts every change of tools, restrictions and presentations
-        self._schemas: tuple[int, list[ToolSchema]] | None = None
 
     def __repr__(self) -> str:
         core = self._core
@@ -243,34 +240,15 @@ class ToolRegistry:
 
         In ``"code"`` mode exactly ``[run_code]``; in ``"both"`` ``run_code`` comes last.
         """
-        visible = self._visible_schemas(scope)
+        visible = self._core.visible_schemas(scope)
         core = self._core
         if not core.coded:
             return visible
         mode = core.mode_of(scope)
         if mode == "native":
             return visible
-        transport = self._transport(scope).schema
+        transport = self._core.transport(scope).schema
         return [transport] if mode == "code" else [*visible, transport]
-
-    def _visible_schemas(self, scope: Hashable | None) -> list[ToolSchema]:
-        core = self._core
-        state = core.scopes.get(scope) if scope is not None else None
-        if state is None:
-            cached = self._schemas
-            if cached is None or cached[0] != self._version:
-                ordered = sorted(core.tools.items())
-                cached = self._schemas = (self._version, [e.schema for _, e in ordered])
-            return list(cached[1])
-        scoped = state.schemas
-        if scoped is None or scoped[0] != self._version or scoped[1] != state.version:
-            visible = {n: e for n, e in core.tools.items()
-                       if not any(r.hides(n) for r in state.restrictions)}
-            visible.update(state.tools)
-            ordered = sorted(visible.items())
-            scoped = state.schemas = (self._version, state.version,
-                                      [e.schema for _, e in ordered])
-        return list(scoped[2])
 
     def scopes(self) -> list[Hashable]:
         """The keys of the scopes that have a layer, sorted by ``str(key)``; a new list.
@@ -396,7 +374,7 @@ class ToolRegistry:
         return Disposer(dispose)
 
     def _notify(self, rollback: Callable[[], None] | None = None) -> None:
-        self._version += 1
+        self._core.version += 1
         first: Exception | None = None
         for listener in tuple(self._listeners):
             try:
@@ -411,7 +389,7 @@ class ToolRegistry:
             raise first
 
     def _notify_quietly(self) -> None:
-        self._version += 1
+        self._core.version += 1
         for listener in tuple(self._listeners):
             try:
                 listener()
@@ -465,37 +443,12 @@ class ToolRegistry:
 
         return CodeSettings()
 
-    def _transport(self, scope: Hashable | None) -> Entry:
-        """``run_code`` for ``scope``: the same entry (and SDK text) while the tools it
-        calls are the same ones; looked up in O(1) while nothing changed."""
-        state = self._core.scopes.get(scope) if scope is not None else None
-        key = scope if state is not None else None
-        version = -1 if state is None else state.version
-        cached = self._transports.get(key)
-        if cached is not None and cached[0] == self._version and cached[1] == version:
-            return cached[3]
-        entries = tuple(e for e in (self._visible_entry(s.name, scope)
-                                    for s in self._visible_schemas(scope)) if e is not None)
-        if cached is not None and len(cached[2]) == len(entries) and all(
-                a is b for a, b in zip(cached[2], entries, strict=True)):
-            entry = cached[3]
-        else:
-            from .code._transport import build_transport
+    def _transport(self, entries: tuple[Entry, ...]) -> Entry:
+        """A ``run_code`` entry over ``entries`` (the tools a scope sees, in name order),
+        whose programs run in this registry's sandbox pool; ``Core.transport`` keeps it."""
+        from .code._transport import build_transport
 
-            entry = Entry.build(build_transport(self, entries))
-        self._transports[key] = (self._version, version, entries, entry)
-        scopes = self._core.scopes
-        if len(self._transports) > 2 * len(scopes) + 8:  # forget closed scopes
-            for stale in [k for k in self._transports if k is not None and k not in scopes]:
-                del self._transports[stale]
-        return entry
-
-    def _visible_entry(self, name: str, scope: Hashable | None) -> Entry | None:
-        core = self._core
-        state = core.scopes.get(scope) if scope is not None else None
-        if state is not None and name in state.tools:
-            return state.tools[name]
-        return core.tools.get(name)
+        return Entry.build(build_transport(self, entries))
 
     async def _sandbox(self) -> SandboxPool:
         """The registry's sandbox pool, started at the first program."""

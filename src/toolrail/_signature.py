@@ -220,7 +220,7 @@ class Signature:
         if held is None or held[0] is not arguments or type(held[1]) is not dict:
             return None
         self.held = None
-        return held[1]  # type: ignore[return-value]
+        return held[1]
 
     def soft_validate(self, arguments: JsonValue) -> dict[str, Any] | None:
         try:
