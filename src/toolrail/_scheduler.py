@@ -27,6 +27,7 @@ while it runs, ``submit`` / ``close_feed``).
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import AsyncGenerator, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -44,7 +45,7 @@ from ._watch import report_callback_error
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["Batch", "CallStream", "Committed", "run", "stream"]
+__all__ = ["Batch", "CallStream", "Committed", "Driver", "Feed", "run", "stream"]
 
 _PARALLEL = ExecutionMode.PARALLEL  # read per call: a module global costs less than an enum member
 
@@ -94,14 +95,14 @@ def bind_calls(calls: Iterable[ToolCall], max_parallel: int, signal: CancelSigna
 
 async def run(core: Core, calls: list[ToolCall], scopes: list[Hashable],
               max_parallel: int, signal: CancelSignal | None) -> Batch:
-    driver = _Driver(core, calls, scopes, max_parallel, signal)
+    driver = Driver(core, calls, scopes, max_parallel, signal)
     await driver.run()
     return driver.final()
 
 
 def stream(core: Core, calls: list[ToolCall], scopes: list[Hashable],
            max_parallel: int, signal: CancelSignal | None) -> CallStream:
-    return CallStream(_Driver(core, calls, scopes, max_parallel, signal))
+    return CallStream(Driver(core, calls, scopes, max_parallel, signal))
 
 
 class CallStream:
@@ -116,7 +117,7 @@ class CallStream:
 
     __slots__ = ("_agen", "_driver")
 
-    def __init__(self, driver: _Driver) -> None:
+    def __init__(self, driver: Driver) -> None:
         self._driver = driver
         self._agen = driver.committed()
 
@@ -124,14 +125,14 @@ class CallStream:
     def batch(self) -> Batch:
         """The batch's ``Batch``, once every call has committed; else ``RuntimeError``."""
         driver = self._driver
-        if driver.cursor == len(driver.calls) and driver.ended:
+        if driver.cursor == len(driver.calls) and driver.life is ENDED:
             return driver.final()
-        if driver.ended:
+        if driver.life is ENDED:
             raise RuntimeError(
                 "CallStream.batch: the batch did not finish (the scheduler failed or the "
                 "task iterating the stream was cancelled), so there is no Batch"
             )
-        if not driver.began and driver.closed:
+        if driver.life is NOT_BEGUN and driver.closed:
             raise RuntimeError(
                 "CallStream.batch: the stream was closed before its batch started; "
                 "nothing ran, so there is no Batch"
@@ -172,35 +173,67 @@ class _Slot:
         self.settled = False
 
 
-class _Driver:
-    """One batch: a state machine that ``_next()`` advances to the next commit."""
+class Life(enum.Enum):
+    """Where a driver is in its life."""
+
+    NOT_BEGUN = "not begun"  # a stream before its first ``__anext__()``
+    RUNNING = "running"
+    ENDED = "ended"  # stopped: every call committed, or not (a failure, a cancellation)
+
+
+NOT_BEGUN, RUNNING, ENDED = Life.NOT_BEGUN, Life.RUNNING, Life.ENDED
+
+
+class Feed(enum.Enum):
+    """Where a driver's calls come from."""
+
+    FIXED = "fixed"  # a model step: the calls it was given
+    OPEN = "open"  # a code-mode program: calls are submitted while it runs
+    CLOSED = "closed"  # was open: no more calls (unstarted ones were dropped)
+
+
+class Group(enum.Enum):
+    """The group of calls dispatched together, in model order."""
+
+    ALONE = "alone"  # an exclusive call: the next call waits for it to commit
+    GROWING = "growing"  # parallel-safe calls: the next one joins while the pool has room
+    SHUT = "shut"  # an exclusive call came: it heads the next group
+
+
+class Driver:
+    """One batch: a state machine that ``_next()`` advances to the next commit.
+
+    ``run`` (a model step, and a code-mode program's open feed: ``Feed.OPEN``, ``submit``,
+    ``close_feed``) and ``committed`` (``stream``) are its two ways to be driven; ``cancel``
+    cancels the batch from its owner. Everything else is the state machine's own.
+    """
 
     def __init__(self, core: Core, calls: list[ToolCall], scopes: list[Hashable],
-                 max_parallel: int, signal: CancelSignal | None) -> None:
+                 max_parallel: int, signal: CancelSignal | None,
+                 feed: Feed = Feed.FIXED) -> None:
         self.core = core
         self.calls = calls
         self.scopes = scopes
         self.max_parallel = max_parallel
         self.user_signal = signal
+        self.feed = feed
         self.batch = CancelController()  # fires on the caller's signal or an early close
         self.slots: dict[int, _Slot] = {}  # started, not yet committed
         self.started = 0  # calls[:started] have started
         self.cursor = 0  # calls[:cursor] have committed
         self.dispatching = 0
-        self.parallel = False  # the current group may grow
+        self.group = Group.ALONE
         self.snapshot: object = None  # the arguments of call ``started``, as classified
         self.wake = asyncio.Event()
         self.failure: BaseException | None = None
         self.cancelling = False  # the driver is cancelling its dispatch tasks
         self.results: list[ToolResult] = []  # calls[:cursor]'s final results
-        self.began = False  # the batch has started (a stream's first ``__anext__``)
-        self.ended = False  # ... and stopped, every call committed or not
+        self.life = NOT_BEGUN
         self.closed = False  # a stream's ``aclose()`` was called
-        self.open = False  # calls may still be submitted (a run_code program's driver)
 
     def submit(self, call: ToolCall, scope: Hashable | None) -> int:
         """Append a call to an open driver (a program's nested call); its index."""
-        if not self.open:
+        if self.feed is not Feed.OPEN:
             raise RuntimeError("no more calls can be submitted to this driver")
         self.calls.append(call)
         self.scopes.append(scope)
@@ -209,8 +242,8 @@ class _Driver:
 
     def close_feed(self) -> None:
         """No more calls: those submitted but not started are dropped without a trace."""
-        if self.open:
-            self.open = False
+        if self.feed is Feed.OPEN:
+            self.feed = Feed.CLOSED
             del self.calls[self.started:]
             del self.scopes[self.started:]
             self.wake.set()
@@ -222,17 +255,20 @@ class _Driver:
         concludes = any(r.concludes_turn for r in results)
         return Batch(tuple(results), contexts, self.batch.signal.cancelled, concludes)
 
-    async def run(self) -> None:
-        """Commit every call, in order (what ``run`` needs: no ``Committed`` items)."""
+    async def run(self, on_commit: Callable[[int, ToolResult], None] | None = None) -> None:
+        """Commit every call, in order; ``on_commit(index, result)`` is told of each (a
+        program's driver answers its sandbox there). ``run`` and a program use this."""
         unhook = self._hook()
         try:
             while (slot := await self._next()) is not None:
-                self._committed(slot)
+                result = self._committed(slot)
+                if on_commit is not None:
+                    on_commit(slot.index, result)
         except BaseException as exc:
             await self._wind_down(exc)
             raise
         finally:
-            self.ended = True
+            self.life = ENDED
             unhook()
 
     async def committed(self) -> AsyncGenerator[Committed, None]:
@@ -246,7 +282,7 @@ class _Driver:
                 yield Committed(slot.index, self.calls[slot.index], result, started)
         except GeneratorExit:
             # Left early: cancel the batch and commit everything, without yielding.
-            self._cancel("stream closed")
+            self.cancel("stream closed")
             try:
                 while (slot := await self._next()) is not None:
                     self._committed(slot)
@@ -258,8 +294,21 @@ class _Driver:
             await self._wind_down(exc)
             raise
         finally:
-            self.ended = True
+            self.life = ENDED
             unhook()
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the batch from inside, or from its owner (a program that stops): every
+        started call sees its signal, and no further call starts.
+
+        Every callback of the batch signal runs (the bodies' signals included); one
+        that raises has nobody's ``cancel()`` to raise from, so its exception goes to
+        the event loop's exception handler.
+        """
+        try:
+            self.batch.cancel(reason)
+        except Exception as exc:
+            report_callback_error(exc)
 
     async def _wind_down(self, exc: BaseException) -> None:
         """The driver stopped on ``exc``: wait for what is in flight (the caller re-raises).
@@ -272,24 +321,12 @@ class _Driver:
         if isinstance(exc, asyncio.CancelledError) and exc is not self.failure:
             await self._stop_in_flight(cancel_tasks=True)
         else:
-            self._cancel("the scheduler failed")
+            self.cancel("the scheduler failed")
             await self._stop_in_flight(cancel_tasks=False)
-
-    def _cancel(self, reason: str) -> None:
-        """Cancel the batch from inside the driver, which must go on to wind down.
-
-        Every callback of the batch signal runs (the bodies' signals included); one
-        that raises has nobody's ``cancel()`` to raise from, so its exception goes to
-        the event loop's exception handler.
-        """
-        try:
-            self.batch.cancel(reason)
-        except Exception as exc:
-            report_callback_error(exc)
 
     def _hook(self) -> Callable[[], None]:
         """Start: follow the caller's signal and wake on the batch's; returns the undo."""
-        self.began = True
+        self.life = RUNNING
         user = self.user_signal
         unhook = user.add_callback(lambda: self.batch.cancel(user.reason or "cancelled")) \
             if user is not None else None
@@ -305,60 +342,69 @@ class _Driver:
     async def _next(self) -> _Slot | None:
         """Work until the next call commits (its result is in its state); ``None`` once
         every call has."""
-        calls = self.calls
-        while self.cursor < (total := len(calls)) or self.open:
+        while self.cursor < len(self.calls) or self.feed is Feed.OPEN:
             if self.failure is not None:
                 raise self.failure
-            if self.cursor == total:  # an open driver waits for its next call
-                await self._settlement()
-                continue
             slot = self.slots.get(self.cursor)
             if slot is not None and slot.settled:
-                state = slot.state
-                if awaits_post(self.core, state):
-                    await post_execute(self.core, state)
-                    if self.failure is not None:  # it failed meanwhile: notify nothing more
-                        raise self.failure
-                state.result = finish(self.core, state)
+                await self._commit(slot)
                 return slot
-            if self.started < total and self._may_start():
-                slot = self._prepare(self.started)
-                state = slot.state
-                if state.phase == READY and not decide_now(self.core, state):
-                    await decide(self.core, state)
-                    if self.failure is not None:  # it failed meanwhile: dispatch nothing
-                        raise self.failure
-                if state.phase != READY:
-                    slot.settled = True  # denied, failed or never started: no pool slot
-                elif self.cursor == slot.index and (not self.parallel or self.max_parallel == 1
-                                                    or (self.started == total and not self.open)):
-                    # Alone by construction (an exclusive call, the last call, or a pool
-                    # of one, with every earlier call committed): nothing else can need
-                    # the driver while it runs, so no task is needed. A settled call
-                    # still waiting to commit would need it: then the call gets a task.
-                    lookup(self.core, state)
-                    try:
-                        await run_dispatch(self.core, state)
-                    finally:
-                        slot.settled = True
-                else:
-                    self._launch(slot)
-            else:
+            if self.started < len(self.calls) and self._may_start():
+                await self._start()
+            else:  # nothing to do until a dispatch settles (or a program submits a call)
                 await self._settlement()
         return None
+
+    async def _commit(self, slot: _Slot) -> None:
+        """Stages 10-13 of the settled call at the cursor."""
+        core, state = self.core, slot.state
+        if awaits_post(core, state):
+            await post_execute(core, state)
+            if self.failure is not None:  # it failed meanwhile: notify nothing more
+                raise self.failure
+        state.result = finish(core, state)
+
+    async def _start(self) -> None:
+        """Prepare call ``started`` (stages 1-7), then dispatch it: right here when it is
+        alone by construction, else in a pool slot."""
+        slot = self._prepare(self.started)
+        core, state = self.core, slot.state
+        if state.phase == READY and not decide_now(core, state):
+            await decide(core, state)
+            if self.failure is not None:  # it failed meanwhile: dispatch nothing
+                raise self.failure
+        if state.phase != READY:
+            slot.settled = True  # denied, failed or never started: no pool slot
+        elif self._alone(slot):
+            lookup(core, state)
+            try:
+                await run_dispatch(core, state)
+            finally:
+                slot.settled = True
+        else:
+            self._launch(slot)
+
+    def _alone(self, slot: _Slot) -> bool:
+        """Whether nothing else can need the driver while ``slot`` dispatches, so that it
+        needs no task: every earlier call committed, and it is an exclusive call, the
+        last call, or in a pool of one. (A settled call still waiting to commit would
+        need the driver: then the call gets a task.)"""
+        return self.cursor == slot.index and (
+            self.group is not Group.GROWING or self.max_parallel == 1
+            or (self.started == len(self.calls) and self.feed is not Feed.OPEN))
 
     def _may_start(self) -> bool:
         """Whether call ``started`` may start now; classifies it when that is asked."""
         if self.batch.signal.cancelled:
             return True  # it starts only to be committed as ABORTED_BEFORE_DISPATCH
         if self.started == self.cursor:  # a group boundary: everything before committed
-            self.parallel = self._mode(self.started) is _PARALLEL
+            self.group = Group.GROWING if self._mode(self.started) is _PARALLEL else Group.ALONE
             return True
-        if not self.parallel or self.dispatching >= self.max_parallel:
+        if self.group is not Group.GROWING or self.dispatching >= self.max_parallel:
             return False
         if self._mode(self.started) is _PARALLEL:
             return True
-        self.parallel = False  # the group stops growing; this call heads the next one
+        self.group = Group.SHUT  # the group stops growing; this call heads the next one
         return False
 
     def _mode(self, index: int) -> ExecutionMode:

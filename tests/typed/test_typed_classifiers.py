@@ -215,11 +215,14 @@ async def test_the_approval_path_validates_a_typed_calls_arguments_once() -> Non
     _signature.Signature.validate = validate  # type: ignore[method-assign]
     try:
         ok = await registry.execute(call("read", {"path": "a", "limit": "20"}))
-        assert ok.value == "a:20" and asked == ["read"]
+        assert ok.value == "a:20"
+        assert asked == ["read"]
         assert len(counted) == 1
         counted.clear()
         bad = await registry.execute(call("read", {"path": 3, "limit": 20}))
-        assert bad.error is not None and bad.error.code == "INVALID_ARGS"
-        assert len(counted) == 1 and asked == ["read"]  # nobody is asked about it
+        assert bad.error is not None
+        assert bad.error.code == "INVALID_ARGS"
+        assert len(counted) == 1
+        assert asked == ["read"]
     finally:
         _signature.Signature.validate = original  # type: ignore[method-assign]

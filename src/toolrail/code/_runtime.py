@@ -3,7 +3,7 @@
 A program runs in a fresh ``pydantic_monty`` session: type-checked against the SDK,
 then driven one suspension at a time. Each ``tools.<name>(args)`` the program makes
 is answered at once with a pending future and submitted as a nested call to a
-scheduler driver of its own — the same ``_Driver`` that runs a model step, kept open
+scheduler driver of its own — the same ``Driver`` that runs a model step, kept open
 while the program runs — so nested calls follow the native contract: classified just
 before they start, overlapping up to ``max_parallel``, prepared and committed one at a
 time in submission order. When the program awaits, it gets each committed result (the
@@ -32,7 +32,7 @@ from .._errors import ToolAbortedError, ToolArgsError, ToolError
 from .._json import snapshot_json, thaw
 from .._presentation import RUN_CODE
 from .._results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
-from .._scheduler import _Driver
+from .._scheduler import Driver, Feed
 from .._tool import ToolCall
 from ._pool import SandboxPool, alive
 
@@ -100,8 +100,7 @@ class _Program:
         self.ctx = ctx
         self.settings = settings
         self.methods = methods
-        self.driver = _Driver(registry._core, [], [], settings.max_parallel, None)
-        self.driver.open = True
+        self.driver = Driver(registry._core, [], [], settings.max_parallel, None, Feed.OPEN)
         self.names: list[str] = []  # each submitted call's tool name, by driver index
         self.results: dict[int, ToolResult] = {}  # committed, by driver index
         self.committed = asyncio.Event()
@@ -121,7 +120,7 @@ class _Program:
             self.driver.close_feed()
             self.committed.set()
             if reason != ENDED:
-                self.driver._cancel(reason)  # the started nested calls see their signal
+                self.driver.cancel(reason)  # the started nested calls see their signal
                 self.cancelled.set()
 
     async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
@@ -187,18 +186,11 @@ class _Program:
 
     async def _drive(self) -> None:
         """Commit the nested calls in submission order, telling the program of each."""
-        driver = self.driver
-        unhook = driver._hook()
-        try:
-            while (slot := await driver._next()) is not None:
-                self.results[slot.index] = driver._committed(slot)
-                self.committed.set()
-        except BaseException as exc:
-            await driver._wind_down(exc)
-            raise
-        finally:
-            driver.ended = True
-            unhook()
+        await self.driver.run(self._committed)
+
+    def _committed(self, index: int, result: ToolResult) -> None:
+        self.results[index] = result
+        self.committed.set()
 
     def _submit(self, name: str, args: Any) -> int:
         """A nested call of ``name`` (within ``max_calls``); its driver index."""
