@@ -15,7 +15,8 @@ Two families, kept apart on purpose:
     ├── ToolArgsError           INVALID_ARGS     (+ violations)
     ├── ToolOutputError         INVALID_TOOL_OUTPUT
     ├── ToolTimeoutError        TOOL_TIMEOUT
-    └── ToolAbortedError        ABORTED / ABORTED_BEFORE_DISPATCH
+    ├── ToolAbortedError        ABORTED / ABORTED_BEFORE_DISPATCH
+    └── CodeFailedError         CODE_FAILED      (a run_code program failed; code mode)
 
 Two codes belong to the registry's own decisions, not to an exception a tool raises:
 ``DENIED`` (a pre-execute ``Deny``, an approval not granted, a guard) and ``BLOCKED``
@@ -34,6 +35,8 @@ __all__ = [
     "ABORTED",
     "ABORTED_BEFORE_DISPATCH",
     "BLOCKED",
+    "CODE_FAILED",
+    "CodeFailedError",
     "DENIED",
     "MCP_DISCONNECTED",
     "MCP_MESSAGE_TOO_LARGE",
@@ -97,8 +100,15 @@ class ToolAbortedError(ToolError):
     code = "ABORTED"
 
 
+class CodeFailedError(ToolError):
+    """A ``run_code`` program failed: ``code run failed (<kind>): <message>``."""
+
+    code = "CODE_FAILED"
+
+
 DENIED: Final = "DENIED"
 BLOCKED: Final = "BLOCKED"
+CODE_FAILED: Final = CodeFailedError.code
 ABORTED: Final = ToolAbortedError.code
 ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
 

@@ -372,3 +372,19 @@ def test_calls_of_unknown_tools_or_with_raw_string_arguments_are_left_alone() ->
     calls = oa.calls_from_chat(message, schemas=registry().schemas())
 
     assert [c.arguments for c in calls] == [{"b": None}, "{oops"]
+
+
+def test_the_helpers_integrations_build_on_are_public_and_their_examples_run() -> None:
+    import doctest
+    from pathlib import Path
+
+    import toolrail.adapters
+    from toolrail.adapters import _strict
+
+    assert toolrail.adapters.__all__ == ["strict_schema", "visible_content",
+                                         "without_strict_nulls"]
+    assert doctest.testmod(_strict).failed == 0
+    # The integrations use the public helpers only, never an adapter's private module.
+    integrations = Path(toolrail.adapters.__file__).parent.parent / "integrations"
+    for module in integrations.glob("*.py"):
+        assert "adapters._" not in module.read_text(), module.name

@@ -16,5 +16,19 @@ sub-agent's calls), results go out, in that order; the follow-up function return
 what the results cannot carry (their ``contexts``, images a tool message cannot hold),
 a list to send right after the results-out list.
 
+Three helpers the adapters share are public, for integrations that build on a provider
+format of their own (the agent frameworks do):
+
+- ``visible_content(result)``: the blocks a provider shows the model of a result
+  (``Error: <message>`` for an error result that shows nothing);
+- ``strict_schema(name, parameters)``: a tool's parameters in OpenAI's strict dialect;
+- ``without_strict_nulls(arguments, parameters)``: a strict call's arguments without
+  the ``null`` that strict mode made the model send for a property it may leave out.
+
 Reference: integrations.md, "Provider adapters"; docs/providers.md.
 """
+
+from ._common import visible_content
+from ._strict import strict_schema, without_strict_nulls
+
+__all__ = ["strict_schema", "visible_content", "without_strict_nulls"]

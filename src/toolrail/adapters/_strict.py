@@ -14,7 +14,7 @@ from typing import Any
 from .. import ToolCall
 from ._common import SchemaLike, schema_parts
 
-__all__ = ["restore_absent", "strict_schema"]
+__all__ = ["restore_absent", "strict_schema", "without_strict_nulls"]
 
 
 # ---- strict mode --------------------------------------------------------------------
@@ -190,6 +190,19 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 # ---- nulls back to absent -----------------------------------------------------------
 
 
+def without_strict_nulls(arguments: dict[str, Any], parameters: Mapping[str, Any]) -> Any:
+    """``arguments`` of a call made under ``strict_schema(name, parameters)``, without the
+    ``null`` strict mode made the model send for each property it may leave out (and
+    whose own schema rejects ``null``): the arguments as the tool's schema means them.
+
+    >>> without_strict_nulls({"path": "a", "limit": None},
+    ...                      {"type": "object", "properties": {"path": {"type": "string"},
+    ...                       "limit": {"type": "integer"}}, "required": ["path"]})
+    {'path': 'a'}
+    """
+    return _without_nulls(arguments, parameters, parameters)
+
+
 def restore_absent(calls: list[ToolCall], schemas: Iterable[SchemaLike] | None) -> list[ToolCall]:
     if schemas is None:
         return calls
@@ -198,7 +211,7 @@ def restore_absent(calls: list[ToolCall], schemas: Iterable[SchemaLike] | None) 
     for call in calls:
         root = parameters.get(call.name)
         if root is not None and isinstance(call.arguments, dict):
-            call = dataclasses.replace(call, arguments=_without_nulls(call.arguments, root, root))
+            call = dataclasses.replace(call, arguments=without_strict_nulls(call.arguments, root))
         restored.append(call)
     return restored
 

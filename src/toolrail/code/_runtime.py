@@ -28,7 +28,7 @@ import signal as signals
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .._errors import ToolAbortedError, ToolArgsError, ToolError
+from .._errors import CodeFailedError, ToolAbortedError, ToolArgsError
 from .._json import snapshot_json, thaw
 from .._presentation import RUN_CODE
 from .._results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
@@ -47,12 +47,6 @@ _STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
 _DEATH_POLL: Final = 0.002  # seconds between looks at a killed worker
 _DEATH_POLLS: Final = 1000  # ... for at most two seconds
 ENDED: Final = "the program ended"
-
-
-class CodeFailedError(ToolError):
-    """A ``run_code`` program failed: ``code run failed (<kind>): <message>``."""
-
-    code = "CODE_FAILED"
 
 
 _FAILURES: dict[str, type[CodeFailedError]] = {}

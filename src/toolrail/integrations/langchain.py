@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
 from pydantic import ConfigDict
 
 from .. import ImageContent, Scope, TextContent, ToolRegistry, ToolResult, thaw
-from ..adapters._common import visible_content
+from ..adapters import visible_content
 from ._source import Source, source_of
 
 __all__ = ["ToolrailTool", "content_of", "tool_node", "tools"]

@@ -49,9 +49,7 @@ from .. import (
     ToolSchema,
     thaw,
 )
-from ..adapters._common import visible_content
-from ..adapters._strict import _without_nulls as without_nulls
-from ..adapters._strict import strict_schema
+from ..adapters import strict_schema, visible_content, without_strict_nulls
 from ._source import Source, source_of
 
 __all__ = ["function_tools", "output_of"]
@@ -81,7 +79,7 @@ def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> Function
         call = ToolCall.from_json(context.tool_call_id, name, text, scope=key)
         # Only text holding a null can hold one strict mode added.
         if root is not None and "null" in text and isinstance(call.arguments, dict):
-            call = replace(call, arguments=without_nulls(call.arguments, root, root))
+            call = replace(call, arguments=without_strict_nulls(call.arguments, root))
         result: ToolResult = await execute(call)
         return output_of(result)
 

@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
     ) from exc
 
 from .. import Content, ImageContent, Scope, TextContent, ToolArgsError, ToolRegistry, thaw
-from ..adapters._common import visible_content
+from ..adapters import visible_content
 from ._source import source_of
 
 __all__ = ["ToolrailToolset", "content_of"]
