@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolrail import _json
-from toolrail._json import MISSING, FrozenDict, JsonValue, snapshot_json, thaw
+from toolrail._model import lossless as _json
+from toolrail._model.lossless import MISSING, FrozenDict, JsonValue, snapshot_json, thaw
 
 PREFIX = "value is not lossless JSON: "
 

@@ -10,8 +10,10 @@ observers), and a scheduler that runs one model step's calls in parallel where s
 
 from __future__ import annotations
 
-from ._cancel import CancelController, CancelSignal
-from ._decisions import (
+from ._dispatch.execution import Execution, ExecutionToken, RunContext
+from ._dispatch.progress import Progress
+from ._model.cancel import CancelController, CancelSignal
+from ._model.decisions import (
     Accept,
     Allow,
     ApprovalOutcome,
@@ -23,8 +25,8 @@ from ._decisions import (
     PostDecision,
     PreDecision,
 )
-from ._disposer import Disposer
-from ._errors import (
+from ._model.disposer import Disposer
+from ._model.errors import (
     ToolAbortedError,
     ToolArgsError,
     ToolError,
@@ -32,11 +34,9 @@ from ._errors import (
     ToolOutputError,
     ToolTimeoutError,
 )
-from ._execution import Execution, ExecutionToken, RunContext
-from ._json import MISSING, FrozenDict, JsonValue, snapshot_json, thaw
-from ._progress import Progress
-from ._registry import ToolRegistry
-from ._results import (
+from ._model.hooks import AroundMiddleware, Guard, PostMiddleware, PreMiddleware, ResultObserver
+from ._model.lossless import MISSING, FrozenDict, JsonValue, snapshot_json, thaw
+from ._model.results import (
     Content,
     ContextMessage,
     ErrorInfo,
@@ -45,11 +45,11 @@ from ._results import (
     ToolOutput,
     ToolResult,
 )
-from ._scheduler import Batch, CallStream, Committed
-from ._scope import Scope
-from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
-from ._typed import tool
-from ._types import AroundMiddleware, Guard, PostMiddleware, PreMiddleware, ResultObserver
+from ._model.tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from ._registry.registry import ToolRegistry
+from ._registry.scope import Scope
+from ._scheduling.scheduler import Batch, CallStream, Committed
+from ._typed.tool import tool
 
 __version__ = "0.1.0"
 

@@ -18,8 +18,8 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._registry import ToolRegistry
-from ._tool import ToolCall, ToolSchema
+from ._model.tool import ToolCall, ToolSchema
+from ._registry.registry import ToolRegistry
 
 __all__ = ["main"]
 

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._cancel import CancelController
-from ._decisions import ApprovalOutcome, ApprovalRequest, Ask
-from ._errors import DENIED
-from ._execution import Execution
-from ._json import thaw
-from ._registry import ToolRegistry
-from ._results import ToolResult
+from ._dispatch.execution import Execution
+from ._model.cancel import CancelController
+from ._model.decisions import ApprovalOutcome, ApprovalRequest, Ask
+from ._model.errors import DENIED
+from ._model.lossless import thaw
+from ._model.results import ToolResult
+from ._registry.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

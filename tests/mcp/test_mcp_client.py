@@ -541,7 +541,7 @@ async def test_a_served_tools_progress_reaches_the_sdk_clients_progress_callback
 
 @pytest.mark.parametrize("servers", [1, 2], ids=["one server", "two servers"])
 async def test_concurrent_served_calls_each_hear_only_their_own_progress(servers: int) -> None:
-    from toolrail._chains import PROGRESS
+    from toolrail._core.chains import PROGRESS
 
     registry = tr.ToolRegistry()
     reported = {"a": asyncio.Event(), "b": asyncio.Event()}

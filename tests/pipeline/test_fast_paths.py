@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import toolrail as tr
-from toolrail._results import make_result, make_text
+from toolrail._model.results import make_result, make_text
 
 WAIT = 5
 
@@ -168,7 +168,7 @@ def test_built_results_are_exactly_what_the_dataclass_constructor_makes() -> Non
 
 
 def test_the_twin_classes_have_the_slots_of_the_classes_they_stand_for() -> None:
-    from toolrail import _results
+    from toolrail._model import results as _results
 
     twins: list[tuple[type[Any], type[Any]]] = [
         (_results._ResultTwin, tr.ToolResult), (_results._TextTwin, tr.TextContent)]

@@ -10,8 +10,8 @@ import doctest
 from typing import Any, cast
 
 import toolrail as tr
-import toolrail._registry
 from helpers import PreNext, adder_registry
+from toolrail._registry import registry as registry_module
 
 
 def noop_tool(name: str = "secret") -> tr.Tool:
@@ -79,7 +79,7 @@ def test_each_call_returns_a_new_list() -> None:
 
 
 def test_the_registry_module_examples_run() -> None:
-    assert doctest.testmod(toolrail._registry).failed == 0
+    assert doctest.testmod(registry_module).failed == 0
 
 
 class _NoHash:

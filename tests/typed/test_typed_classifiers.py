@@ -189,7 +189,7 @@ async def test_present_result_returns_none_for_invalid_arguments_without_calling
 async def test_the_approval_path_validates_a_typed_calls_arguments_once() -> None:
     # requires_approval (on validated arguments), the check that the call can run, and
     # the body share one validation; a call that cannot run is validated once too.
-    from toolrail import _signature
+    from toolrail._typed import signature as _signature
 
     counted: list[object] = []
     original = _signature.Signature.validate

@@ -10,7 +10,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
-from .._errors import ToolAbortedError
+from .._model.errors import ToolAbortedError
 
 if TYPE_CHECKING:
     from ._runtime import _Program

@@ -28,17 +28,17 @@ import signal as signals
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .._errors import CodeFailedError, ToolAbortedError, ToolArgsError
-from .._json import snapshot_json, thaw
-from .._presentation import RUN_CODE
-from .._results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
-from .._scheduler import Driver, Feed
-from .._tool import ToolCall
+from .._core.presentation import RUN_CODE
+from .._model.errors import CodeFailedError, ToolAbortedError, ToolArgsError
+from .._model.lossless import snapshot_json, thaw
+from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
+from .._model.tool import ToolCall
+from .._scheduling.scheduler import Driver, Feed
 from ._pool import SandboxPool, alive
 
 if TYPE_CHECKING:
-    from .._execution import RunContext
-    from .._registry import ToolRegistry
+    from .._dispatch.execution import RunContext
+    from .._registry.registry import ToolRegistry
     from ._settings import CodeSettings
 
 __all__ = ["CodeFailedError", "run_program"]

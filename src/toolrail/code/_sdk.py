@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._tool import ToolSchema
+from .._model.tool import ToolSchema
 
 __all__ = ["method_name", "render_sdk"]
 

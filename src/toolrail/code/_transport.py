@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from .._presentation import RUN_CODE
-from .._tool import Tool
+from .._core.presentation import RUN_CODE
+from .._model.tool import Tool
 from ._sdk import method_name, render_sdk
 
 if TYPE_CHECKING:
-    from .._entry import Entry
-    from .._execution import RunContext
-    from .._registry import ToolRegistry
+    from .._core.entry import Entry
+    from .._dispatch.execution import RunContext
+    from .._registry.registry import ToolRegistry
 
 __all__ = ["PARAMETERS", "RULES", "build_transport"]
 

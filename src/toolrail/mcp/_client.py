@@ -56,7 +56,7 @@ from .. import (
     ToolRegistry,
     thaw,
 )
-from .._errors import MCP_DISCONNECTED, MCP_MESSAGE_TOO_LARGE
+from .._model.errors import MCP_DISCONNECTED, MCP_MESSAGE_TOO_LARGE
 from ._args import ArgumentCheck
 from ._names import PREFIX, assign_names
 from ._stdio import StdioProcess

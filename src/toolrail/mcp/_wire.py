@@ -17,7 +17,7 @@ from typing import Any
 from mcp import types
 
 from .. import Content, FrozenDict, ImageContent, TextContent, Tool, ToolResult, ToolSchema, thaw
-from .._errors import ToolOutputError
+from .._model.errors import ToolOutputError
 
 __all__ = [
     "ERROR_META",

@@ -17,17 +17,10 @@ import logging
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import _scheduler
-from ._body import core_body
-from ._cancel import CancelSignal
-from ._chains import AROUND, POST, PRE, PROGRESS, RESULT
-from ._commit import finish, post_execute
-from ._core import Core, Presentation, Registration, Restriction
-from ._decisions import Approver
-from ._disposer import Disposer
-from ._entry import Entry
-from ._pipeline import begin, check_guards, decide, dispatched, run_dispatch
-from ._presentation import (
+from .._core.chains import AROUND, POST, PRE, PROGRESS, RESULT
+from .._core.core import Core, Presentation, Registration, Restriction
+from .._core.entry import Entry
+from .._core.presentation import (
     RESERVED,
     RESTRICTED,
     RUN_CODE,
@@ -36,18 +29,25 @@ from ._presentation import (
     conflict,
     require_code_extra,
 )
-from ._scheduler import Batch, CallStream, bind_calls
-from ._scope import Scope
-from ._state import DISPATCHED, READY, REFUSED
-from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from .._dispatch.body import core_body
+from .._dispatch.commit import finish, post_execute
+from .._dispatch.pipeline import begin, check_guards, decide, dispatched, run_dispatch
+from .._dispatch.state import DISPATCHED, READY, REFUSED
+from .._model.cancel import CancelSignal
+from .._model.decisions import Approver
+from .._model.disposer import Disposer
+from .._model.tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from .._scheduling import scheduler as _scheduler
+from .._scheduling.scheduler import Batch, CallStream, bind_calls
+from .scope import Scope
 
 if TYPE_CHECKING:
-    from ._execution import Execution
-    from ._progress import Progress
-    from ._results import ToolResult
-    from ._types import Guard
-    from .code._pool import SandboxPool
-    from .code._settings import CodeSettings
+    from .._dispatch.execution import Execution
+    from .._dispatch.progress import Progress
+    from .._model.hooks import Guard
+    from .._model.results import ToolResult
+    from ..code._pool import SandboxPool
+    from ..code._settings import CodeSettings
 
 __all__ = ["ToolRegistry"]
 
@@ -174,7 +174,7 @@ class ToolRegistry:
 
     def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Decorator: ``register(tr.tool(fn, **options))``; returns ``fn`` unchanged."""
-        from ._typed import registering  # typed tools (pydantic) load at first use
+        from .._typed.tool import registering  # typed tools (pydantic) load at first use
 
         return registering(self.register, fn, options)
 
@@ -439,14 +439,14 @@ class ToolRegistry:
                     return declaration.settings
         if self._code is not None:
             return self._code
-        from .code._settings import CodeSettings
+        from ..code._settings import CodeSettings
 
         return CodeSettings()
 
     def _transport(self, entries: tuple[Entry, ...]) -> Entry:
         """A ``run_code`` entry over ``entries`` (the tools a scope sees, in name order),
         whose programs run in this registry's sandbox pool; ``Core.transport`` keeps it."""
-        from .code._transport import build_transport
+        from ..code._transport import build_transport
 
         return Entry.build(build_transport(self, entries))
 
@@ -454,7 +454,7 @@ class ToolRegistry:
         """The registry's sandbox pool, started at the first program."""
         pool = self._pool
         if pool is None:
-            from .code._pool import SandboxPool
+            from ..code._pool import SandboxPool
 
             pool = self._pool = SandboxPool()
         await pool.start()
@@ -476,7 +476,7 @@ class ToolRegistry:
 
 
 def _check_settings(settings: Any) -> None:
-    from .code._settings import CodeSettings
+    from ..code._settings import CodeSettings
 
     if not isinstance(settings, CodeSettings):
         raise TypeError(f"code settings must be a CodeSettings, got {type(settings).__name__}")

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._cancel import CancelSignal
-from ._json import FrozenDict, JsonValue, thaw, type_name
+from .cancel import CancelSignal
+from .lossless import FrozenDict, JsonValue, thaw, type_name
 
 if TYPE_CHECKING:
-    from ._execution import Execution, ExecutionToken, RunContext
-    from ._results import Content, ToolResult
+    from .._dispatch.execution import Execution, ExecutionToken, RunContext
+    from .results import Content, ToolResult
 
 __all__ = ["ExecutionMode", "Tool", "ToolCall", "ToolSchema"]
 

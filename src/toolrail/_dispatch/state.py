@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._cancel import CancelSignal
-from ._execution import Execution
-from ._results import ContextMessage, ToolResult
+from .._model.cancel import CancelSignal
+from .._model.results import ContextMessage, ToolResult
+from .execution import Execution
 
 if TYPE_CHECKING:
-    from ._core import Core
-    from ._entry import Entry
+    from .._core.core import Core
+    from .._core.entry import Entry
 
 __all__ = ["DISPATCHED", "FINAL", "NOT_STARTED", "READY", "REFUSED", "CallState"]
 

@@ -13,7 +13,7 @@ import asyncio
 import weakref
 from collections.abc import Callable
 
-from ._disposer import Disposer
+from .disposer import Disposer
 
 __all__ = ["CancelController", "CancelSignal"]
 

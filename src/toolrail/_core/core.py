@@ -19,16 +19,16 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
-from ._chains import Chains
-from ._decisions import Approver
-from ._entry import Entry
-from ._json import snapshot_json
-from ._presentation import RUN_CODE, Mode
-from ._tool import ExecutionMode, ToolCall, ToolSchema
+from .._model.decisions import Approver
+from .._model.lossless import snapshot_json
+from .._model.tool import ExecutionMode, ToolCall, ToolSchema
+from .chains import Chains
+from .entry import Entry
+from .presentation import RUN_CODE, Mode
 
 if TYPE_CHECKING:
-    from ._registry import ToolRegistry
-    from .code._settings import CodeSettings
+    from .._registry.registry import ToolRegistry
+    from ..code._settings import CodeSettings
 
 __all__ = ["Core", "Registration", "ScopeState", "approving_with"]
 

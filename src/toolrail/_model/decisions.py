@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
 
-from ._cancel import CancelSignal
-from ._json import JsonValue
-from ._results import Content, ContextMessage
+from .cancel import CancelSignal
+from .lossless import JsonValue
+from .results import Content, ContextMessage
 
 __all__ = [
     "Accept",

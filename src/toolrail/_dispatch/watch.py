@@ -29,11 +29,11 @@ import types
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ._bodytask import BodyTask, current_tasks
-from ._cancel import CancelSignal
+from .._model.cancel import CancelSignal
+from .bodytask import BodyTask, current_tasks
 
 if TYPE_CHECKING:
-    from ._execution import RunContext
+    from .execution import RunContext
 
 __all__ = ["Watch", "body_task", "report_callback_error", "resume", "wait_out", "watched"]
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from types import CoroutineType, GeneratorType
 from typing import Any, TypeGuard
 
-from ._json import type_name
+from .lossless import type_name
 
 __all__ = ["discard", "is_awaitable", "message_of", "plain_str", "safe_repr"]
 

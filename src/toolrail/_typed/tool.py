@@ -15,15 +15,15 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 from pydantic import ValidationError
 
-from ._checked import CheckedBody
-from ._docstrings import parse_docstring
-from ._entry import is_async
-from ._errors import ToolArgsError
-from ._execution import RunContext
-from ._json import FrozenDict, JsonValue, thaw
-from ._results import ToolResult
-from ._signature import Extra, Signature
-from ._tool import Tool
+from .._core.entry import is_async
+from .._dispatch.execution import RunContext
+from .._model.checked import CheckedBody
+from .._model.errors import ToolArgsError
+from .._model.lossless import FrozenDict, JsonValue, thaw
+from .._model.results import ToolResult
+from .._model.tool import Tool
+from .docstrings import parse_docstring
+from .signature import Extra, Signature
 
 __all__ = ["TypedBody", "tool"]
 

@@ -20,11 +20,21 @@ from asyncio import get_running_loop
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
 
-from ._bodytask import BodyTask, current_tasks
-from ._cancel import CancelSignal
-from ._errors import ToolOutputError
-from ._execution import RunContext
-from ._failures import (
+from .._model.cancel import CancelSignal
+from .._model.errors import ToolOutputError
+from .._model.foreign import discard, is_awaitable, message_of
+from .._model.lossless import snapshot_json
+from .._model.results import (
+    ToolOutput,
+    ToolResult,
+    is_content,
+    make_result,
+    make_text,
+    only_content,
+)
+from .bodytask import BodyTask, current_tasks
+from .execution import RunContext
+from .failures import (
     aborted,
     aborted_before_dispatch,
     error,
@@ -33,15 +43,12 @@ from ._failures import (
     timed_out,
     unknown_tool,
 )
-from ._foreign import discard, is_awaitable, message_of
-from ._json import snapshot_json
-from ._materialize import checked_value, frozen_blocks, rendered
-from ._results import ToolOutput, ToolResult, is_content, make_result, make_text, only_content
-from ._watch import Watch, report_callback_error, resume, wait_out, watched
+from .materialize import checked_value, frozen_blocks, rendered
+from .watch import Watch, report_callback_error, resume, wait_out, watched
 
 if TYPE_CHECKING:
-    from ._entry import Entry
-    from ._state import CallState
+    from .._core.entry import Entry
+    from .state import CallState
 
 __all__ = ["body_result", "core_body"]
 

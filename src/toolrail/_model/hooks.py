@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from ._decisions import PostDecision, PreDecision
-from ._execution import Execution
-from ._results import ToolResult
+from .._dispatch.execution import Execution
+from .decisions import PostDecision, PreDecision
+from .results import ToolResult
 
 __all__ = ["AroundMiddleware", "Guard", "PostMiddleware", "PreMiddleware", "ResultObserver"]
 

@@ -10,18 +10,18 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import _scheduler
-from ._cancel import CancelSignal
-from ._chains import AROUND, POST, PRE, PROGRESS, RESULT, Stage
-from ._disposer import Disposer
-from ._scheduler import Batch, CallStream, bind_calls
-from ._tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from .._core.chains import AROUND, POST, PRE, PROGRESS, RESULT, Stage
+from .._model.cancel import CancelSignal
+from .._model.disposer import Disposer
+from .._model.tool import ExecutionMode, Tool, ToolCall, ToolSchema
+from .._scheduling import scheduler as _scheduler
+from .._scheduling.scheduler import Batch, CallStream, bind_calls
 
 if TYPE_CHECKING:
-    from ._registry import ToolRegistry
-    from ._results import ToolResult
-    from ._types import Guard
-    from .code._settings import CodeSettings
+    from .._model.hooks import Guard
+    from .._model.results import ToolResult
+    from ..code._settings import CodeSettings
+    from .registry import ToolRegistry
 
 __all__ = ["Scope"]
 
@@ -70,7 +70,7 @@ class Scope:
 
     def tool(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Decorator: ``register(tr.tool(fn, **options))`` in this scope; returns ``fn``."""
-        from ._typed import registering  # typed tools (pydantic) load at first use
+        from .._typed.tool import registering  # typed tools (pydantic) load at first use
 
         return registering(self.register, fn, options)
 

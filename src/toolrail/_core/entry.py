@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from ._checked import CheckedBody
-from ._json import JsonValue, snapshot_json, thaw
-from ._tool import Tool, ToolSchema
+from .._model.checked import CheckedBody
+from .._model.lossless import JsonValue, snapshot_json, thaw
+from .._model.tool import Tool, ToolSchema
 
 __all__ = ["Entry", "OutputCheck", "is_async", "path_of"]
 

@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._cancel import CancelController, CancelSignal
-from ._json import JsonValue, snapshot_json, type_name
-from ._progress import Progress, checked_progress, deliver
-from ._results import Content, ContextMessage, TextContent, is_content, only_content
+from .._model.cancel import CancelController, CancelSignal
+from .._model.lossless import JsonValue, snapshot_json, type_name
+from .._model.results import Content, ContextMessage, TextContent, is_content, only_content
+from .progress import Progress, checked_progress, deliver
 
 if TYPE_CHECKING:
-    from ._core import Core
+    from .._core.core import Core
 
 __all__ = ["Execution", "ExecutionToken", "RunContext"]
 

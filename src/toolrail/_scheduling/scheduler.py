@@ -33,17 +33,17 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._cancel import CancelController, CancelSignal, link
-from ._commit import awaits_post, finish, post_execute
-from ._errors import ABORTED_BEFORE_DISPATCH
-from ._pipeline import begin, decide, decide_now, lookup, run_dispatch
-from ._results import ContextMessage, ToolResult
-from ._state import READY, CallState
-from ._tool import ExecutionMode, ToolCall
-from ._watch import report_callback_error
+from .._dispatch.commit import awaits_post, finish, post_execute
+from .._dispatch.pipeline import begin, decide, decide_now, lookup, run_dispatch
+from .._dispatch.state import READY, CallState
+from .._dispatch.watch import report_callback_error
+from .._model.cancel import CancelController, CancelSignal, link
+from .._model.errors import ABORTED_BEFORE_DISPATCH
+from .._model.results import ContextMessage, ToolResult
+from .._model.tool import ExecutionMode, ToolCall
 
 if TYPE_CHECKING:
-    from ._core import Core
+    from .._core.core import Core
 
 __all__ = ["Batch", "CallStream", "Committed", "Driver", "Feed", "run", "stream"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ._errors import (
+from .._model.errors import (
     ABORTED_BEFORE_DISPATCH,
     DENIED,
     ToolAbortedError,
@@ -19,9 +19,9 @@ from ._errors import (
     ToolOutputError,
     ToolTimeoutError,
 )
-from ._foreign import message_of, plain_str
-from ._json import type_name
-from ._results import ContextMessage, ErrorInfo, ToolResult, make_result, make_text
+from .._model.foreign import message_of, plain_str
+from .._model.lossless import type_name
+from .._model.results import ContextMessage, ErrorInfo, ToolResult, make_result, make_text
 
 __all__ = [
     "Invalid",

@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 from operator import is_
 from typing import Any
 
-from ._errors import ToolOutputError
-from ._failures import error
-from ._foreign import message_of, plain_str
-from ._json import JsonValue, snapshot_json
-from ._results import (
+from .._model.errors import ToolOutputError
+from .._model.foreign import message_of, plain_str
+from .._model.lossless import JsonValue, snapshot_json
+from .._model.results import (
     Content,
     ContextMessage,
     ErrorInfo,
@@ -28,6 +27,7 @@ from ._results import (
     make_result,
     make_text,
 )
+from .failures import error
 
 __all__ = [
     "Unrenderable",

@@ -22,24 +22,24 @@ import asyncio
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ._body import core_body
-from ._cancel import CancelSignal
-from ._chains import AROUND, PRE, walk
-from ._decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
-from ._errors import ABORTED_BEFORE_DISPATCH
-from ._execution import Execution, ExecutionToken
-from ._failures import Invalid, aborted_before_dispatch, denied, error, from_exception, unknown_tool
-from ._foreign import discard, is_awaitable, message_of, plain_str, safe_repr
-from ._json import MISSING, snapshot_json
-from ._materialize import replace_result
-from ._presentation import collapsed
-from ._results import ErrorInfo, ToolResult
-from ._state import DISPATCHED, FINAL, NOT_STARTED, READY, REFUSED, CallState
-from ._tool import ToolCall
-from ._watch import Watch, watched
+from .._core.chains import AROUND, PRE, walk
+from .._core.presentation import collapsed
+from .._model.cancel import CancelSignal
+from .._model.decisions import Allow, ApprovalOutcome, ApprovalRequest, Ask, Deny
+from .._model.errors import ABORTED_BEFORE_DISPATCH
+from .._model.foreign import discard, is_awaitable, message_of, plain_str, safe_repr
+from .._model.lossless import MISSING, snapshot_json
+from .._model.results import ErrorInfo, ToolResult
+from .._model.tool import ToolCall
+from .body import core_body
+from .execution import Execution, ExecutionToken
+from .failures import Invalid, aborted_before_dispatch, denied, error, from_exception, unknown_tool
+from .materialize import replace_result
+from .state import DISPATCHED, FINAL, NOT_STARTED, READY, REFUSED, CallState
+from .watch import Watch, watched
 
 if TYPE_CHECKING:
-    from ._core import Core
+    from .._core.core import Core
 
 __all__ = ["begin", "check_guards", "decide", "decide_now", "dispatched", "lookup",
            "run_dispatch"]

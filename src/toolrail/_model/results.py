@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from ._json import JsonValue, thaw
+from .lossless import JsonValue, thaw
 
 __all__ = [
     "Content",

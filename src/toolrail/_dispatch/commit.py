@@ -10,18 +10,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
-from ._chains import POST, RESULT, notify, walk
-from ._decisions import UNSET, Accept, Block
-from ._errors import BLOCKED
-from ._execution import Execution
-from ._failures import Invalid, aborted, error, from_exception
-from ._foreign import discard, safe_repr
-from ._materialize import checked_value, frozen_blocks, materialize, rendered, replace_result
-from ._results import Content, ContextMessage, ErrorInfo, TextContent, ToolResult, only_content
-from ._state import DISPATCHED, FINAL, REFUSED, CallState
+from .._core.chains import POST, RESULT, notify, walk
+from .._model.decisions import UNSET, Accept, Block
+from .._model.errors import BLOCKED
+from .._model.foreign import discard, safe_repr
+from .._model.results import (
+    Content,
+    ContextMessage,
+    ErrorInfo,
+    TextContent,
+    ToolResult,
+    only_content,
+)
+from .execution import Execution
+from .failures import Invalid, aborted, error, from_exception
+from .materialize import checked_value, frozen_blocks, materialize, rendered, replace_result
+from .state import DISPATCHED, FINAL, REFUSED, CallState
 
 if TYPE_CHECKING:
-    from ._core import Core
+    from .._core.core import Core
 
 __all__ = ["awaits_post", "finish", "post_execute"]
 

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Final, TypeAlias, TypeVar
 
-from ._disposer import Disposer
-from ._foreign import discard, is_awaitable, message_of
+from .._model.disposer import Disposer
+from .._model.foreign import discard, is_awaitable, message_of
 
 __all__ = ["AROUND", "POST", "PRE", "PROGRESS", "RESULT", "Chains", "Stage", "notify", "walk"]
 

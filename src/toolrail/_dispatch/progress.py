@@ -15,11 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._chains import PROGRESS, notify
+from .._core.chains import PROGRESS, notify
 
 if TYPE_CHECKING:
-    from ._core import Core
-    from ._execution import Execution
+    from .._core.core import Core
+    from .execution import Execution
 
 __all__ = ["Progress", "checked_progress", "deliver"]
 

@@ -24,12 +24,12 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticUndefined, SchemaValidator, to_jsonable_python
 from pydantic_core import core_schema as cs
 
-from ._errors import ToolArgsError, ToolError, ToolOutputError
-from ._execution import RunContext
-from ._foreign import message_of
-from ._json import FrozenDict, JsonValue, json_text, snapshot_json, thaw
-from ._results import ImageContent, TextContent, ToolOutput, only_content
-from ._schemas import CONTAINERS, MODELS, has_schema, tidy, violation
+from .._dispatch.execution import RunContext
+from .._model.errors import ToolArgsError, ToolError, ToolOutputError
+from .._model.foreign import message_of
+from .._model.lossless import FrozenDict, JsonValue, json_text, snapshot_json, thaw
+from .._model.results import ImageContent, TextContent, ToolOutput, only_content
+from .schemas import CONTAINERS, MODELS, has_schema, tidy, violation
 
 __all__ = ["Extra", "Signature"]
 
