@@ -426,7 +426,7 @@ async def test_a_worker_killed_mid_program_is_a_crashed_failure() -> None:
         async def kill(arguments: Any, ctx: tr.RunContext) -> str:
             pool = registry._pool
             assert pool is not None
-            [program] = pool._running
+            [program] = pool.running
             assert program.pid is not None
             os.kill(program.pid, signal.SIGKILL)
             started.set()

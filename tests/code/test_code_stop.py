@@ -36,7 +36,7 @@ async def test_a_cancelled_program_stuck_in_a_loop_has_its_worker_killed() -> No
     async def begin(arguments: Any, ctx: tr.RunContext) -> str:
         pool = registry._pool
         assert pool is not None
-        [program] = pool._running
+        [program] = pool.running
         assert program.pid is not None
         pids.append(program.pid)
         started.set()

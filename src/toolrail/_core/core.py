@@ -27,10 +27,9 @@ from .entry import Entry
 from .presentation import RUN_CODE, Mode
 
 if TYPE_CHECKING:
-    from .._registry.registry import ToolRegistry
     from ..code._settings import CodeSettings
 
-__all__ = ["Core", "Registration", "ScopeState", "approving_with"]
+__all__ = ["Core", "Registration", "ScopeState"]
 
 # Read per call by the scheduler's classification: module globals cost less than members.
 _PARALLEL: Final = ExecutionMode.PARALLEL
@@ -95,16 +94,6 @@ _APPROVER: ContextVar[tuple[Core, Approver] | None] = ContextVar(
     "toolrail_approver", default=None)
 
 
-@contextmanager
-def approving_with(registry: ToolRegistry, approver: Approver) -> Iterator[None]:
-    """Have the calls ``registry`` runs in this context ask ``approver`` (integrations)."""
-    token = _APPROVER.set((registry._core, approver))
-    try:
-        yield
-    finally:
-        _APPROVER.reset(token)
-
-
 class Core:
     """The layers, the chains, the guards, the approver and the logger of one registry."""
 
@@ -129,9 +118,19 @@ class Core:
         self._make_transport = make_transport
         self._transports: dict[Hashable, tuple[int, int, tuple[Entry, ...], Entry]] = {}
 
+    @contextmanager
+    def approving(self, approver: Approver) -> Iterator[None]:
+        """Have the calls this core runs in this context ask ``approver`` (an
+        integration's hook: ``approving_with``)."""
+        token = _APPROVER.set((self, approver))
+        try:
+            yield
+        finally:
+            _APPROVER.reset(token)
+
     @property
     def approver(self) -> Approver | None:
-        """The registry's approver, or ``approving_with``'s in that context."""
+        """The registry's approver, or ``approving``'s in that context."""
         override = _APPROVER.get()
         if override is not None and override[0] is self:
             return override[1]

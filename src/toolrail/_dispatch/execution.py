@@ -10,17 +10,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .._core.chains import PROGRESS, Chains, notify
 from .._model.cancel import CancelController, CancelSignal
 from .._model.lossless import JsonValue, snapshot_json, type_name
 from .._model.results import Content, ContextMessage, TextContent, is_content, only_content
-from .progress import Progress, checked_progress, deliver
+from .progress import Progress, checked_progress
 
 if TYPE_CHECKING:
-    from .._core.core import Core
+    import logging
 
-__all__ = ["Execution", "ExecutionToken", "RunContext"]
+__all__ = ["Execution", "ExecutionToken", "Listeners", "RunContext"]
+
+
+class Listeners(Protocol):
+    """What a body's progress reports are delivered through: the registry's chains and
+    logger (``Core`` is one; named here so that this module needs no registry)."""
+
+    @property
+    def chains(self) -> Chains: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
+
+
+def deliver(core: Listeners, execution: Execution, report: Progress) -> None:
+    """Run the listeners the call's scope sees now, containing their failures."""
+    listeners = core.chains.for_call(PROGRESS, execution._scope)
+    notify(core.logger, listeners, execution, report, "progress listener",
+           "progress listeners must be synchronous")
 
 
 class ExecutionToken:
@@ -118,7 +137,7 @@ class RunContext(Execution):
                  "_execution", "_fired", "_followed", "_installed", "_loop")
 
     def __init__(self, execution: Execution, caller: CancelSignal | None = None,
-                 core: Core | None = None,
+                 core: Listeners | None = None,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._token = execution._token
         self._call_id = execution._call_id
@@ -251,7 +270,7 @@ class RunContext(Execution):
         else:
             deliver(core, self._execution, report)
 
-    def _deliver(self, core: Core, report: Progress) -> None:
+    def _deliver(self, core: Listeners, report: Progress) -> None:
         if self._active:
             deliver(core, self._execution, report)
 

@@ -6,22 +6,17 @@ and those added through that scope, in registration order, as observers are filt
 Listeners are synchronous and run on the event loop's thread: a report from a worker
 thread is delivered there, in order. Progress is never stored and never part of the
 result; a listener that raises (or returns an awaitable) is logged once at WARNING on
-the registry's logger and the others still run.
+the registry's logger and the others still run (``RunContext``'s delivery, in
+``execution``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._core.chains import PROGRESS, notify
-
-if TYPE_CHECKING:
-    from .._core.core import Core
-    from .execution import Execution
-
-__all__ = ["Progress", "checked_progress", "deliver"]
+__all__ = ["Progress", "checked_progress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +43,3 @@ def checked_progress(progress: Any, total: Any, message: Any) -> Progress:
                         f"{type(message).__name__}")
     return Progress(float(progress), None if total is None else float(total),
                     None if message is None else str.__str__(message))
-
-
-def deliver(core: Core, execution: Execution, report: Progress) -> None:
-    """Run the listeners the call's scope sees now, containing their failures."""
-    listeners = core.chains.for_call(PROGRESS, execution._scope)
-    notify(core.logger, listeners, execution, report, "progress listener",
-           "progress listeners must be synchronous")

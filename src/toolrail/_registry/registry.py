@@ -14,7 +14,8 @@ per scope and invalidated by a version counter.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .._core.chains import AROUND, POST, PRE, PROGRESS, RESULT
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from ..code._pool import SandboxPool
     from ..code._settings import CodeSettings
 
-__all__ = ["ToolRegistry"]
+__all__ = ["ToolRegistry", "approving_with"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -473,6 +474,14 @@ class ToolRegistry:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+@contextmanager
+def approving_with(registry: ToolRegistry, approver: Approver) -> Iterator[None]:
+    """Have the calls ``registry`` runs in this context ask ``approver`` (integrations:
+    the MCP server asks its client)."""
+    with registry._core.approving(approver):
+        yield
 
 
 def _check_settings(settings: Any) -> None:

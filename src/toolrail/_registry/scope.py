@@ -2,6 +2,13 @@
 
 Handles for equal keys share the layer; each handle owns what was registered through
 it, and closing the handle disposes that, newest first.
+
+The one import circle of the package stays here, on purpose and for types only: a
+scope is a view its registry makes (``registry.scope(key)`` builds it) and every
+change through it is the registry's own change (versions, listeners, the duplicate
+check), so ``Scope`` calls back into the ``ToolRegistry`` it names under
+``TYPE_CHECKING``. Splitting the registry's change methods out to break it would
+scatter one object's invariants over two modules.
 """
 
 from __future__ import annotations

@@ -8,12 +8,11 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._model.errors import ToolAbortedError
 
 if TYPE_CHECKING:
-    from ._runtime import _Program
     from ._settings import CodeSettings
 
 __all__ = ["SandboxPool", "alive"]
@@ -31,6 +30,18 @@ if False:
 """
 _CLOSED: Final = "tool call aborted: the registry is closing"
 _SPARES: Final = 2  # warm spare sessions at most, each holding a worker
+
+
+class Running(Protocol):
+    """A program the pool runs (``_runtime._Program``), as ``close()`` stops it."""
+
+    @property
+    def done(self) -> asyncio.Event: ...
+
+    @property
+    def pid(self) -> int | None: ...  # its worker's, once it has one
+
+    def stop(self, reason: str) -> None: ...
 
 
 class SandboxPool:
@@ -52,7 +63,7 @@ class SandboxPool:
     def __init__(self) -> None:
         self._monty: Any = None
         self._starting: asyncio.Lock | None = None
-        self._running: set[_Program] = set()
+        self.running: set[Running] = set()  # the programs running now (``_runtime`` adds them)
         self._spares: dict[Any, asyncio.Task[Any]] = {}  # by key, oldest first
         self._closing: set[asyncio.Future[Any]] = set()  # sessions of discarded spares
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the spares live on
@@ -181,7 +192,7 @@ class SandboxPool:
         """Cancel the running programs, wait for them, then stop the spares and workers."""
         self._closed = True
         self._settle_loop()
-        programs = list(self._running)
+        programs = list(self.running)
         for program in programs:
             program.stop("the registry is closing")
         for program in programs:

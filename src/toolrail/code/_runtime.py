@@ -77,11 +77,11 @@ async def run_program(registry: ToolRegistry, sdk: str, methods: frozenset[str],
     settings = registry._code_settings(ctx.scope)
     pool = await registry._sandbox()
     program = _Program(registry, ctx, settings, methods)
-    pool._running.add(program)
+    pool.running.add(program)
     try:
         return await program.run(pool, sdk, code)
     finally:
-        pool._running.discard(program)
+        pool.running.discard(program)
         program.done.set()
 
 

@@ -53,7 +53,7 @@ from .. import (
     __version__,
     thaw,
 )
-from .._core.core import approving_with
+from .._registry.registry import approving_with
 from ._wire import wire_result, wire_tool
 
 __all__ = ["server"]
