@@ -152,9 +152,20 @@ class _Rejected(Exception):
         self.path = path
 
 
-# A container being copied: (source, keys or None, values, iterator over values, out,
-# reuse). ``len(out)`` is the index of the item being read, all an error path needs.
+# A container being copied, as a plain tuple (the walk makes one per container: a class
+# would cost more than the rest of the copy), read through these names:
+# ``[SOURCE]`` the container as given; ``[KEYS]`` an object's keys (plain ``str``),
+# ``None`` for an array; ``[VALUES]`` its values, read once, and ``[ITEMS]`` where the
+# walk is in them; ``[OUT]`` the frozen copies of the values read so far (``len`` of
+# it is the index of the item being read, all an error path needs); ``[REUSE]`` the
+# container is already frozen, and is kept if every value is too.
 _Frame: TypeAlias = tuple[Any, "list[str] | None", Any, Iterator[Any], list[JsonValue], bool]
+SOURCE: Final = 0
+KEYS: Final = 1
+VALUES: Final = 2
+ITEMS: Final = 3
+OUT: Final = 4
+REUSE: Final = 5
 
 
 def _snapshot(root: Any) -> JsonValue:
@@ -167,8 +178,8 @@ def _snapshot(root: Any) -> JsonValue:
     try:
         while True:
             frame = stack[-1]
-            append = frame[4].append
-            for value in frame[3]:
+            append = frame[OUT].append
+            for value in frame[ITEMS]:
                 cls = type(value)
                 if (
                     cls is str
@@ -192,16 +203,16 @@ def _snapshot(root: Any) -> JsonValue:
                     opened.append(value)
                     break
                 if done is _OPEN:
-                    at = next(i for i, outer in enumerate(stack) if outer[0] is value)
+                    at = next(i for i, outer in enumerate(stack) if outer[SOURCE] is value)
                     raise _Rejected(f"is a cycle back to {_path(stack[:at])}")
                 append(done)
             else:
                 if frame is holder:
-                    return frame[4][0]
+                    return frame[OUT][0]
                 frozen = _close(frame, stack)
                 stack.pop()
-                memo[id(frame[0])] = frozen
-                stack[-1][4].append(frozen)
+                memo[id(frame[SOURCE])] = frozen
+                stack[-1][OUT].append(frozen)
     except _Rejected as exc:
         path = _path(stack) if exc.path is None else exc.path
         raise ValueError(f"{_PREFIX}{path} {exc.reason}") from None
