@@ -42,9 +42,9 @@ BIN = VENV / BIN_DIR
 PY = BIN / "python"
 PYENV = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
 
-# The tests of the private asyncio backend (src/toolrail/_bodytask.py), run on 3.12 by the
-# default `test`. Narrow this to "tests/cancellation/test_body_task.py" once that file exists.
-BACKEND_TESTS = ["tests/cancellation"]
+# The tests of the private asyncio backend (src/toolrail/_dispatch/bodytask.py), run on 3.12
+# by the default `test`.
+BACKEND_TESTS = ["tests/cancellation/test_body_task.py"]
 # The versions the default `test` runs besides the one running this script.
 FULL_SUITE_ALSO_ON = "3.13"
 BACKEND_TESTS_ON = "3.12"
