@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncGenerator, Callable, Hashable, Iterable
+from collections.abc import AsyncGenerator, Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._dispatch.commit import awaits_post, finish, post_execute
 from .._dispatch.pipeline import begin, decide, decide_now, lookup, run_dispatch
@@ -200,10 +200,15 @@ class Group(enum.Enum):
     SHUT = "shut"  # an exclusive call came: it heads the next group
 
 
+# Read per step: module globals cost less than enum members.
+FIXED, OPEN, CLOSED = Feed.FIXED, Feed.OPEN, Feed.CLOSED
+ALONE, GROWING, SHUT = Group.ALONE, Group.GROWING, Group.SHUT
+
+
 class Driver:
     """One batch: a state machine that ``_next()`` advances to the next commit.
 
-    ``run`` (a model step, and a code-mode program's open feed: ``Feed.OPEN``, ``submit``,
+    ``run`` (a model step, and a code-mode program's open feed: ``OPEN``, ``submit``,
     ``close_feed``) and ``committed`` (``stream``) are its two ways to be driven; ``cancel``
     cancels the batch from its owner. Everything else is the state machine's own.
     """
@@ -222,7 +227,7 @@ class Driver:
         self.started = 0  # calls[:started] have started
         self.cursor = 0  # calls[:cursor] have committed
         self.dispatching = 0
-        self.group = Group.ALONE
+        self.group = ALONE
         self.snapshot: object = None  # the arguments of call ``started``, as classified
         self.wake = asyncio.Event()
         self.failure: BaseException | None = None
@@ -233,7 +238,7 @@ class Driver:
 
     def submit(self, call: ToolCall, scope: Hashable | None) -> int:
         """Append a call to an open driver (a program's nested call); its index."""
-        if self.feed is not Feed.OPEN:
+        if self.feed is not OPEN:
             raise RuntimeError("no more calls can be submitted to this driver")
         self.calls.append(call)
         self.scopes.append(scope)
@@ -242,8 +247,8 @@ class Driver:
 
     def close_feed(self) -> None:
         """No more calls: those submitted but not started are dropped without a trace."""
-        if self.feed is Feed.OPEN:
-            self.feed = Feed.CLOSED
+        if self.feed is OPEN:
+            self.feed = CLOSED
             del self.calls[self.started:]
             del self.scopes[self.started:]
             self.wake.set()
@@ -341,48 +346,65 @@ class Driver:
 
     async def _next(self) -> _Slot | None:
         """Work until the next call commits (its result is in its state); ``None`` once
-        every call has."""
-        while self.cursor < len(self.calls) or self.feed is Feed.OPEN:
+        every call has. Each step awaits only what it must: a call with no middleware
+        to await is prepared and committed without a coroutine of its own."""
+        while self.cursor < len(self.calls) or self.feed is OPEN:
             if self.failure is not None:
                 raise self.failure
             slot = self.slots.get(self.cursor)
-            if slot is not None and slot.settled:
-                await self._commit(slot)
+            if slot is not None and slot.settled:  # stages 10-13 of the call at the cursor
+                state = slot.state
+                if awaits_post(self.core, state):
+                    await self._post_execute(state)
+                state.result = finish(self.core, state)
                 return slot
             if self.started < len(self.calls) and self._may_start():
-                await self._start()
+                pending = self._start()
+                if pending is not None:
+                    await pending
             else:  # nothing to do until a dispatch settles (or a program submits a call)
                 await self._settlement()
         return None
 
-    async def _commit(self, slot: _Slot) -> None:
-        """Stages 10-13 of the settled call at the cursor."""
-        core, state = self.core, slot.state
-        if awaits_post(core, state):
-            await post_execute(core, state)
-            if self.failure is not None:  # it failed meanwhile: notify nothing more
-                raise self.failure
-        state.result = finish(core, state)
+    async def _post_execute(self, state: CallState) -> None:
+        await post_execute(self.core, state)
+        if self.failure is not None:  # it failed meanwhile: notify nothing more
+            raise self.failure
 
-    async def _start(self) -> None:
-        """Prepare call ``started`` (stages 1-7), then dispatch it: right here when it is
-        alone by construction, else in a pool slot."""
+    def _start(self) -> Coroutine[Any, Any, None] | None:
+        """Prepare call ``started`` (stages 1-7), then dispatch it; what is left to await,
+        if anything."""
         slot = self._prepare(self.started)
-        core, state = self.core, slot.state
-        if state.phase == READY and not decide_now(core, state):
-            await decide(core, state)
-            if self.failure is not None:  # it failed meanwhile: dispatch nothing
-                raise self.failure
+        if slot.state.phase == READY and not decide_now(self.core, slot.state):
+            return self._decide_then_dispatch(slot)
+        return self._dispatch_prepared(slot)
+
+    async def _decide_then_dispatch(self, slot: _Slot) -> None:
+        await decide(self.core, slot.state)
+        if self.failure is not None:  # it failed meanwhile: dispatch nothing
+            raise self.failure
+        pending = self._dispatch_prepared(slot)
+        if pending is not None:
+            await pending
+
+    def _dispatch_prepared(self, slot: _Slot) -> Coroutine[Any, Any, None] | None:
+        """Dispatch a prepared call: right here when it is alone by construction (the
+        coroutine to await), else in a pool slot."""
+        state = slot.state
         if state.phase != READY:
             slot.settled = True  # denied, failed or never started: no pool slot
-        elif self._alone(slot):
-            lookup(core, state)
-            try:
-                await run_dispatch(core, state)
-            finally:
-                slot.settled = True
-        else:
-            self._launch(slot)
+            return None
+        if self._alone(slot):
+            lookup(self.core, state)
+            return self._dispatch_here(slot)
+        self._launch(slot)
+        return None
+
+    async def _dispatch_here(self, slot: _Slot) -> None:
+        try:
+            await run_dispatch(self.core, slot.state)
+        finally:
+            slot.settled = True
 
     def _alone(self, slot: _Slot) -> bool:
         """Whether nothing else can need the driver while ``slot`` dispatches, so that it
@@ -390,21 +412,21 @@ class Driver:
         last call, or in a pool of one. (A settled call still waiting to commit would
         need the driver: then the call gets a task.)"""
         return self.cursor == slot.index and (
-            self.group is not Group.GROWING or self.max_parallel == 1
-            or (self.started == len(self.calls) and self.feed is not Feed.OPEN))
+            self.group is not GROWING or self.max_parallel == 1
+            or (self.started == len(self.calls) and self.feed is not OPEN))
 
     def _may_start(self) -> bool:
         """Whether call ``started`` may start now; classifies it when that is asked."""
         if self.batch.signal.cancelled:
             return True  # it starts only to be committed as ABORTED_BEFORE_DISPATCH
         if self.started == self.cursor:  # a group boundary: everything before committed
-            self.group = Group.GROWING if self._mode(self.started) is _PARALLEL else Group.ALONE
+            self.group = GROWING if self._mode(self.started) is _PARALLEL else ALONE
             return True
-        if self.group is not Group.GROWING or self.dispatching >= self.max_parallel:
+        if self.group is not GROWING or self.dispatching >= self.max_parallel:
             return False
         if self._mode(self.started) is _PARALLEL:
             return True
-        self.group = Group.SHUT  # the group stops growing; this call heads the next one
+        self.group = SHUT  # the group stops growing; this call heads the next one
         return False
 
     def _mode(self, index: int) -> ExecutionMode:
