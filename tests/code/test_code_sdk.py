@@ -72,14 +72,22 @@ def schema(name: str, parameters: dict[str, Any], description: str = "") -> tr.T
 
 
 def test_the_sdk_opens_with_the_typing_import_and_tool_call_error() -> None:
+    # The sandbox cannot define exception classes, so ToolCallError is declared as what
+    # the program gets (RuntimeError), and tool_call_error() reads its three fields.
     sdk = render_sdk([])
     assert sdk.startswith("from typing import Any, Literal, NotRequired, Protocol, TypedDict\n"
-                          "\n\nclass ToolCallError(Exception):\n")
+                          "\n\nToolCallError = RuntimeError\n")
     tree = ast.parse(sdk)
-    error = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ToolCallError")
-    fields = {n.target.id: ast.unparse(n.annotation) for n in error.body  # type: ignore[union-attr]
+    info = next(n for n in tree.body if isinstance(n, ast.ClassDef)
+                and n.name == "ToolCallErrorInfo")
+    fields = {n.target.id: ast.unparse(n.annotation) for n in info.body  # type: ignore[union-attr]
               if isinstance(n, ast.AnnAssign)}
     assert fields == {"tool_name": "str", "code": "str | None", "message": "str"}
+    reader = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                  and n.name == "tool_call_error")
+    assert ast.unparse(reader.args) == "error: BaseException"
+    assert reader.returns is not None
+    assert ast.unparse(reader.returns) == "ToolCallErrorInfo"
     assert sdk.endswith("\n\ntools: Tools\n")
 
 

@@ -11,13 +11,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._model.errors import ToolAbortedError
+from ._sdk import PRELUDE
 
 if TYPE_CHECKING:
     from ._settings import CodeSettings
 
 __all__ = ["SandboxPool", "alive"]
 
-_PRELUDE: Final = "ToolCallError = RuntimeError"  # no class inheritance in the sandbox
+_PRELUDE: Final = PRELUDE  # ToolCallError and tool_call_error, as the SDK declares them
 # Fed to a spare session: it runs nothing (``if False``) and defines nothing, but its
 # type check loads the stubs a program's check needs (names kept out of programs' way).
 _WARM_UP: Final = """\

@@ -35,6 +35,7 @@ from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutp
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import Driver, Feed
 from ._pool import SandboxPool, alive
+from ._sdk import error_text
 
 if TYPE_CHECKING:
     from .._dispatch.execution import RunContext
@@ -246,9 +247,8 @@ class _Program:
                         {"exception": TypeError("tools.call() takes a tool name")})
                 name = tool
             if name == RUN_CODE:  # a worker held per level: nesting could starve the pool
-                return await snapshot.resume({"exception": RuntimeError(
-                    f'tool "{RUN_CODE}" failed (UNKNOWN_TOOL): a {RUN_CODE} program cannot '
-                    f"run another program")})
+                return await snapshot.resume({"exception": RuntimeError(error_text(
+                    RUN_CODE, "UNKNOWN_TOOL", f"a {RUN_CODE} program cannot run another program"))})
             if self.calls >= self.settings.max_calls:
                 self.over_calls = True  # the call is never submitted
                 return await snapshot.resume({"exception": RuntimeError(
@@ -277,8 +277,7 @@ class _Program:
             return {"return_value": thaw(result.value)}
         info = result.error
         assert info is not None
-        failed = "failed" if info.code is None else f"failed ({info.code})"
-        return {"exception": RuntimeError(f'tool "{self.names[index]}" {failed}: {info.message}')}
+        return {"exception": RuntimeError(error_text(self.names[index], info.code, info.message))}
 
     def _success(self, code: str, output: Any, logs: str) -> Any:
         value: dict[str, Any] = {"logs": logs}

@@ -20,23 +20,102 @@ import json
 import keyword
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from .._model.tool import ToolSchema
 
-__all__ = ["method_name", "render_sdk"]
+__all__ = ["PRELUDE", "error_text", "method_name", "render_sdk"]
 
 _HEADER = (
     "from typing import Any, Literal, NotRequired, Protocol, TypedDict\n"
     "\n"
     "\n"
-    "class ToolCallError(Exception):\n"
-    '    """A nested tool call failed; catch it to handle the failure in the program."""\n'
+    "ToolCallError = RuntimeError\n"
+    '"""What a failed tool call raises, with the message \'tool "<name>" failed (<code>):\n'
+    "<message>' ('tool \"<name>\" failed: <message>' without a code); tool_call_error()\n"
+    "reads the three. The sandbox's exceptions carry only a message, so it is\n"
+    'RuntimeError at run time."""\n'
+    "\n"
+    "\n"
+    "class ToolCallErrorInfo:\n"
+    '    """A failed tool call: the tool\'s name, the error code and the message."""\n'
     "\n"
     "    tool_name: str\n"
     "    code: str | None\n"
     "    message: str\n"
+    "\n"
+    "\n"
+    "def tool_call_error(error: BaseException) -> ToolCallErrorInfo:\n"
+    '    """The tool_name, code and message of the ToolCallError a failed call raised\n'
+    '    (any other exception is raised again)."""\n'
+    "    ...\n"
 )
+# What the sandbox runs before each program: the run-time side of the header's
+# declarations. The sandbox (pydantic-monty 1.4) has no class inheritance and its
+# exceptions take one string, so a failed call raises RuntimeError with the message
+# ``error_text`` writes, and ``tool_call_error`` reads the fields back from it.
+PRELUDE: Final = """\
+ToolCallError = RuntimeError
+
+
+class ToolCallErrorInfo:
+    def __init__(self, tool_name, code, message):
+        self.tool_name = tool_name
+        self.code = code
+        self.message = message
+
+    def __repr__(self):
+        return (f"ToolCallErrorInfo(tool_name={self.tool_name!r}, code={self.code!r}, "
+                f"message={self.message!r})")
+
+
+def tool_call_error(error):
+    import json
+
+    def quoted(start):
+        end = start + 1
+        while text[end] != '"':
+            end += 2 if text[end] == "\\\\" else 1
+        return json.loads(text[start:end + 1]), end + 1
+
+    text = str(error) if isinstance(error, RuntimeError) else ""
+    try:
+        if not text.startswith('tool "'):
+            raise ValueError()
+        tool_name, end = quoted(5)
+        code = None
+        if text[end:end + 10] == ' failed ("':
+            code, end = quoted(end + 9)
+            end += 1
+        elif text[end:end + 9] == " failed (":
+            close = text.index(")", end)
+            code, end = text[end + 9:close], close + 1
+        else:
+            end += 7
+        if text[end:end + 2] != ": ":
+            raise ValueError()
+    except Exception:
+        raise error
+    return ToolCallErrorInfo(tool_name, code, text[end + 2:])
+"""
+
+
+def error_text(tool_name: str, code: str | None, message: str) -> str:
+    """The message of the ``ToolCallError`` a failed call of ``tool_name`` raises:
+    ``tool "<name>" failed (<code>): <message>``, which ``tool_call_error`` reads back
+    exactly (the name is JSON-quoted, and so is a code holding ``)`` or opening in ``"``).
+
+    >>> error_text("read_file", "DENIED", "only workspace files")
+    'tool "read_file" failed (DENIED): only workspace files'
+    """
+    name = json.dumps(tool_name, ensure_ascii=False)
+    if code is None:
+        return f"tool {name} failed: {message}"
+    if ")" in code or code.startswith('"'):
+        code = json.dumps(code, ensure_ascii=False)
+    return f"tool {name} failed ({code}): {message}"
+
+
 _SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool",
             "null": "None"}
 _DEPTH = 32  # deeper schemas are Any: a stub is for reading, not for proving
@@ -118,7 +197,7 @@ class _Writer:
     def __init__(self) -> None:
         self.blocks: list[str] = []
         self.taken: set[str] = {"Any", "Literal", "NotRequired", "Protocol", "TypedDict",
-                                "ToolCallError", "Tools", "tools"}
+                                "ToolCallError", "ToolCallErrorInfo", "Tools", "tools"}
         self.defs: dict[str, str] = {}  # a tool's definition, as JSON -> its name
         self.emitted: set[str] = set()  # names whose block is written (no quotes needed)
         self.root: Mapping[str, Any] = {}

@@ -39,8 +39,10 @@ many: loops, conditions, variables and concurrent calls are all yours.
 - Call a tool with `await tools.<name>({...})`, or `await tools.call("<name>", {...})`
   for any tool (the only way to reach one whose name is not a method). The value is the
   tool's result value; run independent calls together with `asyncio.gather(...)`.
+- Await every call: a call not awaited has no value (a result holding one fails).
 - A failed call raises `ToolCallError`, whose message names the tool, its error code and
-  the error; catch it to handle the failure.
+  the error; catch it to handle the failure (`except ToolCallError as error:`), and read
+  the fields with `tool_call_error(error).code` (also `.tool_name`, `.message`).
 - What the program prints and the value of its last expression are returned to you.
 - The program runs in a sandbox: no files, network, environment or imports beyond what
   it provides (asyncio, json, math, re, datetime and the like); it is type-checked
