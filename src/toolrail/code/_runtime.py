@@ -24,8 +24,9 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal as signals
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.presentation import RUN_CODE
@@ -48,6 +49,8 @@ _STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
 _DEATH_POLL: Final = 0.002  # seconds between looks at a killed worker
 _DEATH_POLLS: Final = 1000  # ... for at most two seconds
 ENDED: Final = "the program ended"
+_DEPTH: Final = 100  # levels of arrays and objects a program's result may nest
+_COROUTINE: Final = re.compile(r"<coroutine external_future\((\d+)\)>")  # a call's repr
 
 
 _FAILURES: dict[str, type[CodeFailedError]] = {}
@@ -105,6 +108,8 @@ class _Program:
         self.cancelled = asyncio.Event()
         self.done = asyncio.Event()
         self.pending: dict[int, int] = {}  # the sandbox's call id -> the driver index
+        self.called: dict[int, str] = {}  # the sandbox's call id -> the tool's name
+        self.lookalikes: set[str] = set()  # values of calls that read like a call's repr
         self.pid: int | None = None
         self.killed = False  # its worker was sent SIGKILL
 
@@ -204,24 +209,32 @@ class _Program:
         settings = self.settings
         logs = pm.CollectString(max_bytes=settings.max_output_bytes)
         tools = pm.ClassInstance(_Tools(), allowed_methods={*self.methods, "call"})
+        deadline: asyncio.Timeout | None = None
         try:
             async with pool.session(sdk, settings) as session:
                 self.pid = session.worker_pid
-                try:
-                    snapshot = await session.feed_start(code, inputs={"tools": tools},
-                                                        print_callback=logs)
-                    while not isinstance(snapshot, pm.MontyComplete):
-                        snapshot = await self._answer(snapshot, pm)
-                except asyncio.CancelledError:
-                    # Stopped mid-run: the worker may still be running the program, and
-                    # the sandbox stops it on its own time. Killed here, while the session
-                    # is still ours, nothing of the program runs after run_code returns;
-                    # the pool replaces the worker.
-                    self._kill()
-                    raise
+                # The sandbox's own limit counts its execution only: this one bounds the
+                # program's whole time, its waits on nested calls included.
+                async with asyncio.timeout(settings.max_duration) as deadline:
+                    try:
+                        snapshot = await session.feed_start(code, inputs={"tools": tools},
+                                                            print_callback=logs)
+                        while not isinstance(snapshot, pm.MontyComplete):
+                            snapshot = await self._answer(snapshot, pm)
+                    except asyncio.CancelledError:
+                        # Stopped mid-run: the worker may still be running the program,
+                        # and the sandbox stops it on its own time. Killed here, while the
+                        # session is still ours, nothing of the program runs after
+                        # run_code returns; the pool replaces the worker.
+                        self._kill()
+                        raise
                 output = snapshot.output
         except pm.MontyError as exc:
             return self._failed(exc, logs.output, pm)
+        except TimeoutError:
+            if deadline is None or not deadline.expired():
+                raise
+            return self._overran(logs.output)
         if self.over_calls:
             return _failure("call-limit", f"the program made more than {settings.max_calls} "
                             "tool calls", logs.output, None)
@@ -258,6 +271,7 @@ class _Program:
             resumed = snapshot.resume({"future": ...})
             payload = args[0] if args else kwargs.get("args", {})
             self.pending[snapshot.call_id] = self._submit(name, payload)
+            self.called[snapshot.call_id] = name
             return await resumed
         if isinstance(snapshot, pm.AsyncFutureSnapshot):
             wanted = snapshot.pending_call_ids
@@ -274,7 +288,10 @@ class _Program:
         index = self.pending.pop(monty_id)
         result = self.results[index]
         if not result.is_error:
-            return {"return_value": thaw(result.value)}
+            value = thaw(result.value)
+            if type(value) is str and _COROUTINE.fullmatch(value):
+                self.lookalikes.add(value)  # a result holding it is no call left un-awaited
+            return {"return_value": value}
         info = result.error
         assert info is not None
         return {"exception": RuntimeError(error_text(self.names[index], info.code, info.message))}
@@ -283,6 +300,19 @@ class _Program:
         value: dict[str, Any] = {"logs": logs}
         text = logs
         if output is not None and _ends_in_expression(code):  # None: as a REPL shows it
+            limit = self.settings.max_output_bytes
+            over = _scan(output, limit - len(logs.encode()), self._unawaited)  # uncopied
+            if over is _DEEP:
+                return _failure("runtime", f"the program's result nests deeper than {_DEPTH} "
+                                "levels of arrays and objects", logs, None)
+            if over is _OVER:
+                return _failure("output-limit", "captured output and result exceed "
+                                f"{limit} bytes", logs, None)
+            if isinstance(over, int):
+                return _failure("runtime", "a tool call was not awaited: the program's result "
+                                f'holds the call of "{self.called[over]}" instead of its '
+                                "value; await every call (await tools.<name>(...), or "
+                                "await asyncio.gather(...) for several)", logs, None)
             try:
                 frozen = snapshot_json(output)
             except ValueError as exc:
@@ -290,40 +320,62 @@ class _Program:
                                 logs, None)
             value["result"] = thaw(frozen)
             rendered = json.dumps(value["result"], ensure_ascii=False)
-            if len(logs.encode()) + len(rendered.encode()) > self.settings.max_output_bytes:
+            if len(logs.encode()) + len(rendered.encode()) > limit:
                 return _failure("output-limit", "captured output and result exceed "
-                                f"{self.settings.max_output_bytes} bytes", logs, None)
+                                f"{limit} bytes", logs, None)
             text = (text if not text or text.endswith("\n") else text + "\n") + \
                 f"result: {rendered}"
         content = text or "(run_code completed with no output)"
         return ToolOutput(value=value, content=[TextContent(content)])
 
+    def _unawaited(self, text: str) -> int | None:
+        """The sandbox's id of the call whose coroutine ``text`` is the repr of, if any:
+        one still pending, or one whose value did not read the same."""
+        match = _COROUTINE.fullmatch(text)
+        if match is None:
+            return None
+        call = int(match.group(1))
+        if call in self.pending or (call in self.called and text not in self.lookalikes):
+            return call
+        return None
+
     def _failed(self, exc: Exception, logs: str, pm: Any) -> CodeFailedError:
         type_name = type(exc).__name__
+        limit = self.settings.max_output_bytes
         if isinstance(exc, pm.MontySyntaxError):
-            return _failure("syntax", exc.display("type-msg"), logs, type_name)
+            return _failure("syntax", _clip(exc.display("type-msg"), limit), logs, type_name)
         if isinstance(exc, pm.MontyTypingError):
-            diagnostics = exc.display().strip()
+            diagnostics = _clip(exc.display().strip(), limit)
             # The checker parses first: a program that does not parse is a syntax failure.
             kind = "syntax" if "error[invalid-syntax]" in diagnostics else "type"
             return _failure(kind, diagnostics, logs, type_name)
         if isinstance(exc, pm.MontyCrashedError):
-            return _failure("crashed", str(exc), logs, type_name)
+            return _failure("crashed", _clip(str(exc), limit), logs, type_name)
         if self.over_calls:
             return _failure("call-limit", f"the program made more than "
                             f"{self.settings.max_calls} tool calls", logs, type_name)
-        inner = _inner(exc)
-        message = exc.display("type-msg") if isinstance(exc, pm.MontyRuntimeError) else str(exc)
-        if isinstance(inner, TimeoutError):
-            return _failure("timeout", message, logs, type_name)
-        if isinstance(inner, MemoryError):
-            limit = self.settings.max_output_bytes
-            kind = "output-limit" if message.endswith(f"> {limit} bytes") and (
-                limit != self.settings.max_memory) else "memory"
-            return _failure(kind, message, logs, type_name)
-        if isinstance(exc, pm.MontyRuntimeError):
-            message = exc.display("traceback").strip()
-        return _failure("runtime", message, logs, type_name)
+        # Each of these is a copy of the program's exception message, which may be as
+        # large as its memory: one at a time, each clipped at once.
+        kind = _kind(_inner(exc))
+        if not isinstance(exc, pm.MontyRuntimeError):
+            message = _clip(str(exc), limit)
+        elif kind == "runtime":
+            message = _clip(exc.display("traceback").strip(), limit)
+        else:
+            message = _clip(exc.display("type-msg"), limit)
+        if kind == "memory" and message.endswith(f"> {limit} bytes") and (
+                limit != self.settings.max_memory):
+            kind = "output-limit"
+        return _failure(kind, message, logs, type_name)
+
+    def _overran(self, logs: str) -> CodeFailedError:
+        """The program ran past ``max_duration`` (waiting on nested calls, say): its
+        started calls are cancelled, and commit before ``run_code`` returns."""
+        reason = f"the program ran longer than max_duration ({self.settings.max_duration:g} s)"
+        self.driver.close_feed()
+        self.driver.cancel(reason)
+        return _failure("timeout", f"{reason} of wall time, waits on tool calls included",
+                        logs, None)
 
     def _forward(self) -> None:
         """Nested results' contexts (and successful images) to run_code, in order."""
@@ -349,6 +401,62 @@ def _inner(exc: Exception) -> BaseException | None:
         return exc.exception()  # type: ignore[attr-defined,no-any-return]
     except Exception:
         return None
+
+
+def _kind(inner: BaseException | None) -> str:
+    if isinstance(inner, TimeoutError):
+        return "timeout"
+    if isinstance(inner, MemoryError):
+        return "memory"
+    return "runtime"
+
+
+def _clip(message: str, limit: int) -> str:
+    """``message``, cut to at most ``limit`` bytes of UTF-8 (and a note naming the limit)."""
+    if len(message) <= limit // 4 or (len(message) <= limit and
+                                      len(message.encode()) <= limit):
+        return message
+    note = f" ... [cut: the message is over max_output_bytes ({limit} bytes)]"
+    head = message[:limit].encode()[:max(limit - len(note), 0)]
+    return head.decode(errors="ignore") + note
+
+
+_DEEP: Final = object()  # what _scan finds
+_OVER: Final = object()
+
+
+def _scan(value: Any, budget: int, unawaited: Callable[[str], int | None]) -> object:
+    """Why the program's result cannot be returned, found before it is copied: ``_DEEP``
+    (it nests deeper than ``_DEPTH``), the sandbox's id of a call whose coroutine it
+    holds (``unawaited``), ``_OVER`` when its JSON is surely over ``budget`` bytes (each
+    string counted by its length, never encoded); else ``None``. The walk is iterative,
+    so any depth is safe to look at."""
+    size = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        cls = type(item)
+        if cls is str:
+            size += len(item) + 2
+            if item.startswith("<coroutine external_future(") and (
+                    call := unawaited(item)) is not None:
+                return call
+        elif cls is list or cls is tuple or cls is dict:
+            if depth == _DEPTH:
+                return _DEEP
+            size += 2 + len(item)
+            if size > budget:
+                return _OVER
+            if cls is dict:
+                stack.extend((key, depth + 1) for key in item)
+                stack.extend((sub, depth + 1) for sub in item.values())
+            else:
+                stack.extend((sub, depth + 1) for sub in item)
+        else:
+            size += 1
+        if size > budget:
+            return _OVER
+    return None
 
 
 def _ends_in_expression(code: str) -> bool:
