@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -31,6 +32,7 @@ if False:
 """
 _CLOSED: Final = "tool call aborted: the registry is closing"
 _SPARES: Final = 2  # warm spare sessions at most, each holding a worker
+_CHECKED: Final = 1024  # (SDK, program) pairs remembered as type-checked
 
 
 class Running(Protocol):
@@ -43,6 +45,36 @@ class Running(Protocol):
     def pid(self) -> int | None: ...  # its worker's, once it has one
 
     def stop(self, reason: str) -> None: ...
+
+
+class TypeChecked:
+    """The (SDK, program) pairs that passed the sandbox's type check, the newest
+    ``_CHECKED`` of them. A session type-checks a feed against the SDK's stubs and what
+    it ran before, which is the same prelude (and warm-up) in every session: the verdict
+    depends on the two texts alone, so a program an agent sends again (a retry, a loop's
+    next turn, the same program in another step) skips the 3-20 ms the checker takes.
+    Kept as digests: a program text is not held once its run is over."""
+
+    __slots__ = ("_digests",)
+
+    def __init__(self) -> None:
+        self._digests: dict[bytes, None] = {}  # oldest first
+
+    def knows(self, sdk: str, code: str) -> bool:
+        key = _digest(sdk, code)
+        if key in self._digests:
+            self._digests[key] = self._digests.pop(key)  # the newest now
+            return True
+        return False
+
+    def add(self, sdk: str, code: str) -> None:
+        self._digests[_digest(sdk, code)] = None
+        while len(self._digests) > _CHECKED:
+            del self._digests[next(iter(self._digests))]
+
+
+def _digest(sdk: str, code: str) -> bytes:
+    return hashlib.blake2b(f"{len(sdk)}:{sdk}{code}".encode(), digest_size=16).digest()
 
 
 class SandboxPool:
@@ -64,6 +96,7 @@ class SandboxPool:
     def __init__(self) -> None:
         self._monty: Any = None
         self._starting: asyncio.Lock | None = None
+        self.checked = TypeChecked()  # programs that passed their type check
         self.running: set[Running] = set()  # the programs running now (``_runtime`` adds them)
         self._spares: dict[Any, asyncio.Task[Any]] = {}  # by key, oldest first
         self._closing: set[asyncio.Future[Any]] = set()  # sessions of discarded spares

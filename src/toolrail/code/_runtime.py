@@ -26,7 +26,7 @@ import json
 import os
 import re
 import signal as signals
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.presentation import RUN_CODE
@@ -111,6 +111,7 @@ class _Program:
         self.called: dict[int, str] = {}  # the sandbox's call id -> the tool's name
         self.lookalikes: set[str] = set()  # values of calls that read like a call's repr
         self.pid: int | None = None
+        self.tools = _Tools()  # what the program names `tools`
         self.killed = False  # its worker was sent SIGKILL
 
     def stop(self, reason: str) -> None:
@@ -208,7 +209,7 @@ class _Program:
 
         settings = self.settings
         logs = pm.CollectString(max_bytes=settings.max_output_bytes)
-        tools = pm.ClassInstance(_Tools(), allowed_methods={*self.methods, "call"})
+        tools = pm.ClassInstance(self.tools, allowed_methods={*self.methods, "call"})
         deadline: asyncio.Timeout | None = None
         try:
             async with pool.session(sdk, settings) as session:
@@ -217,8 +218,14 @@ class _Program:
                 # program's whole time, its waits on nested calls included.
                 async with asyncio.timeout(settings.max_duration) as deadline:
                     try:
+                        # A program checked against this very SDK before passes again:
+                        # the check is a pure function of the two (``TypeChecked``).
+                        known = settings.type_check and pool.checked.knows(sdk, code)
                         snapshot = await session.feed_start(code, inputs={"tools": tools},
-                                                            print_callback=logs)
+                                                            print_callback=logs,
+                                                            skip_type_check=known)
+                        if settings.type_check and not known:
+                            pool.checked.add(sdk, code)  # it parsed and passed its check
                         while not isinstance(snapshot, pm.MontyComplete):
                             snapshot = await self._answer(snapshot, pm)
                     except asyncio.CancelledError:
@@ -267,9 +274,19 @@ class _Program:
                 return await snapshot.resume({"exception": RuntimeError(
                     f"call limit reached: a program may make at most "
                     f"{self.settings.max_calls} tool calls")})
+            payload = args[0] if args else kwargs.get("args", {})
+            if snapshot.allow_eager_await:
+                # Awaited at once (no other sandbox task can run): answered in place, one
+                # round trip to the worker instead of a future and then its value.
+                self.tools.answer = self._answer_now(name, payload)
+                try:
+                    return await snapshot.resume_auto()
+                finally:
+                    if self.tools.answer is not None:  # the sandbox never asked for it
+                        self.tools.answer.close()
+                        self.tools.answer = None
             # The answer goes to the worker first; the call is submitted while it travels.
             resumed = snapshot.resume({"future": ...})
-            payload = args[0] if args else kwargs.get("args", {})
             self.pending[snapshot.call_id] = self._submit(name, payload)
             self.called[snapshot.call_id] = name
             return await resumed
@@ -284,8 +301,22 @@ class _Program:
                 await self.committed.wait()
         return await snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
 
+    async def _answer_now(self, name: str, payload: Any) -> Any:
+        """A call the program awaits at once: its value, or its ``ToolCallError``."""
+        index = self._submit(name, payload)
+        while index not in self.results:
+            self.committed.clear()
+            await self.committed.wait()
+        outcome = self._outcome(index)
+        if "exception" in outcome:
+            raise outcome["exception"]
+        return outcome["return_value"]
+
     def _settled(self, monty_id: int) -> Any:
-        index = self.pending.pop(monty_id)
+        return self._outcome(self.pending.pop(monty_id))
+
+    def _outcome(self, index: int) -> Any:
+        """What the sandbox is told of committed call ``index``."""
         result = self.results[index]
         if not result.is_error:
             value = thaw(result.value)
@@ -393,7 +424,24 @@ class _Program:
 
 
 class _Tools:
-    """The host object behind the program's ``tools``; its calls never reach it."""
+    """The host object behind the program's ``tools``.
+
+    A call the program awaits at once is answered by ``resume_auto()``, which calls the
+    method the program named here and awaits what it returns: the ``answer`` coroutine
+    ``_Program._answer`` has just made for that call (its checks done, its arguments
+    read). No other call reaches this object.
+    """
+
+    __slots__ = ("answer",)
+
+    def __init__(self) -> None:
+        self.answer: Coroutine[Any, Any, Any] | None = None
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        answer, self.answer = self.answer, None
+        if answer is None:
+            raise AttributeError(method)
+        return lambda *args, **kwargs: answer
 
 
 def _inner(exc: Exception) -> BaseException | None:
