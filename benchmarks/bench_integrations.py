@@ -9,7 +9,8 @@ For each framework, one call of the same typed async 3-parameter tool, timed as
 - the framework's own tool path over its own tool and over the toolrail one
   (``ToolManager.handle_call``, ``on_invoke_tool`` of ``function_tool``,
   ``BaseTool.ainvoke`` of a tool call), so the figures sit beside what a framework
-  user already pays per call.
+  user already pays per call. For the Agents SDK that path is ``invoke_function_tool``,
+  what its runner awaits for each call (it inspects ``on_invoke_tool`` first).
 
 The bar: each integration's entry adds at most 5 µs per call over ``execute`` (for
 LangChain, over ``execute`` and the ``ToolMessage`` every LangChain tool call builds).
@@ -82,6 +83,7 @@ async def _pydantic_ai(repeat: int, target: float) -> list[Figure]:
 
 async def _openai_agents(repeat: int, target: float) -> list[Figure]:
     from agents import function_tool
+    from agents.tool import invoke_function_tool
     from agents.tool_context import ToolContext
 
     from toolrail.integrations.openai_agents import function_tools
@@ -98,12 +100,18 @@ async def _openai_agents(repeat: int, target: float) -> list[Figure]:
     def invoke(tool: Any) -> Awaitable[object]:
         return tool.on_invoke_tool(context, text)  # type: ignore[no-any-return]
 
+    def run(tool: Any) -> Awaitable[object]:
+        return invoke_function_tool(function_tool=tool, context=context, arguments=text)
+
     return await ainterleave([
         (f"openai-agents  {EXECUTE}: execute(ToolCall.from_json)",
          lambda: registry.execute(tr.ToolCall.from_json("c1", "read", text))),
         (f"openai-agents  {ENTRY}: on_invoke_tool of function_tools (strict)",
          lambda: invoke(ours)),
         ("openai-agents  own tool: on_invoke_tool of function_tool", lambda: invoke(native)),
+        ("openai-agents  own tool: invoke_function_tool(function_tool)", lambda: run(native)),
+        ("openai-agents  toolrail tool: invoke_function_tool(function_tools)",
+         lambda: run(ours)),
     ], repeat=repeat, target=target)
 
 

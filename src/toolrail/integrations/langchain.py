@@ -19,7 +19,11 @@
 - Only async invocation (``ainvoke``, ``astream``, an async graph) runs the pipeline;
   ``invoke`` raises ``NotImplementedError``, for the registry belongs to one event loop.
 - ``tool_node(...)`` (needs ``langgraph``) is ``ToolNode(tools(...))``: LangGraph's node
-  still fans the calls of one message out in parallel; toolrail runs each one.
+  still fans the calls of one message out in parallel; toolrail runs each one, and an
+  exclusive one (``execution_mode``) alone: it waits for the calls of the step that came
+  before it, later ones wait for it. The step is the parent run of the tool runs (the
+  node's run, for a ``ToolNode`` given the whole message); calls with no parent run (a
+  loop of your own that gathers ``ainvoke`` calls) are not gated: use ``registry.run``.
 
 Needs the ``langchain`` extra: ``pip install 'toolrail[langchain]'``.
 """
@@ -31,6 +35,7 @@ from collections.abc import Hashable
 from typing import Any
 
 try:
+    from langchain_core.callbacks import AsyncCallbackManagerForToolRun
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool
 except ImportError as exc:  # pragma: no cover - the extra is installed in development
@@ -41,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
 
 from pydantic import ConfigDict
 
-from .. import ImageContent, Scope, TextContent, ToolRegistry, ToolResult, thaw
+from .. import ImageContent, Scope, TextContent, ToolCall, ToolRegistry, ToolResult, thaw
 from ..adapters import visible_content
 from ._source import Source, source_of
 
@@ -66,8 +71,10 @@ class ToolrailTool(BaseTool):
             f"tool {self.name!r} runs toolrail's async pipeline: use ainvoke, not invoke"
         )
 
-    async def _arun(self, *, arguments: Any, call_id: str | None, **_: Any) -> tuple[Any, Any]:
-        result = await self.source.call(call_id or uuid.uuid4().hex, self.name, arguments)
+    async def _arun(self, *, arguments: Any, call_id: str | None,
+                    run_manager: AsyncCallbackManagerForToolRun | None = None,
+                    **_: Any) -> tuple[Any, Any]:
+        result = await self._execute(call_id or uuid.uuid4().hex, arguments, run_manager)
         if call_id is None:
             return content_of(result), result
         # A ToolMessage of our own carries the error status LangChain only sets for
@@ -76,6 +83,15 @@ class ToolrailTool(BaseTool):
         message = ToolMessage(content_of(result), artifact=result, tool_call_id=call_id,
                               name=self.name, status=status)
         return message, None
+
+    async def _execute(self, call_id: str, arguments: Any,
+                       run_manager: AsyncCallbackManagerForToolRun | None) -> ToolResult:
+        source = self.source
+        step = None if run_manager is None else run_manager.parent_run_id
+        if step is None:  # no step to keep: the caller's own fan-out
+            return await source.call(call_id, self.name, arguments)
+        call = ToolCall(call_id=call_id, name=self.name, arguments=arguments, scope=source.key)
+        return await source.in_step(("langchain", step), None, call)
 
 
 def tools(target: ToolRegistry | Scope, scope: Hashable | None = None) -> list[ToolrailTool]:
