@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .cancel import CancelSignal
 from .lossless import FrozenDict, JsonValue, thaw, type_name
@@ -105,7 +105,8 @@ class ToolCall:
             arguments = {}
         else:
             try:
-                arguments = json.loads(raw, parse_constant=_reject_constant)
+                arguments = (_DECODER.decode(raw) if type(raw) is str
+                             else json.loads(raw, parse_constant=_reject_constant))
             except ValueError:
                 arguments = raw
         return cls(call_id=call_id, name=name, arguments=arguments, **fields)
@@ -113,6 +114,10 @@ class ToolCall:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+# One decoder for every call: ``json.loads`` with an argument builds a new one each time.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 class ExecutionMode(StrEnum):
