@@ -63,7 +63,7 @@ def answering(reply: dict[str, Any]) -> tuple[genai.Client, list[dict[str, Any]]
     return sdk, requests
 
 
-def one_part(result: tr.ToolResult, call_id: str = "fc_1", **options: bool) -> dict[str, Any]:
+def one_part(result: tr.ToolResult, call_id: str = "fc_1", **options: Any) -> dict[str, Any]:
     call = tr.ToolCall(call_id=call_id, name="t")
     [part] = gm.function_responses([call], [result], **options)
     return dict(part)

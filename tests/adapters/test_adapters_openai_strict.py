@@ -381,7 +381,7 @@ def test_the_helpers_integrations_build_on_are_public_and_their_examples_run() -
     import toolrail.adapters
     from toolrail.adapters import _strict
 
-    assert toolrail.adapters.__all__ == ["strict_schema", "visible_content",
+    assert toolrail.adapters.__all__ == ["portable_names", "strict_schema", "visible_content",
                                          "without_strict_nulls"]
     assert doctest.testmod(_strict).failed == 0
     # The integrations use the public helpers only, never an adapter's private module.

@@ -11,6 +11,10 @@ Inputs are the ``anthropic`` SDK's objects or plain dicts of the same shape; out
 plain JSON-ready dicts typed as the SDK's request ``TypedDict``\\ s. The SDK is never
 imported at run time.
 
+- Tool names: a registry name Claude rejects (outside ``^[a-zA-Z0-9_-]{1,64}$``: a dot,
+  more than 64 characters) goes out as one it accepts, by the rule in
+  ``toolrail.adapters`` ("Tool names"): ``github.search`` as ``github_search``. Pass the
+  same ``schemas`` to :func:`calls_from_message` and each call names the registry's tool.
 - Calls in: a ``tool_use`` block's ``input`` is already parsed JSON, so it is kept as it
   is, even when it is not an object (the tool then reports invalid arguments); a
   missing ``input`` is ``{}``.
@@ -40,6 +44,7 @@ from ._common import (
     shows_something,
     visible_content,
 )
+from ._names import OPENAI, from_wire, registry_name, to_wire
 
 if TYPE_CHECKING:
     from collections.abc import Hashable
@@ -69,11 +74,12 @@ def tools(schemas: Iterable[SchemaLike]) -> list[ToolParam]:
     >>> tools([{"name": "now", "description": "The time.", "parameters": {"type": "object"}}])
     [{'name': 'now', 'description': 'The time.', 'input_schema': {'type': 'object'}}]
     """
-    out: list[ToolParam] = []
-    for schema in schemas:
-        name, description, parameters = schema_parts(schema)
-        out.append({"name": name, "description": description, "input_schema": parameters})
-    return out
+    parts = [schema_parts(schema) for schema in schemas]
+    wire = to_wire([name for name, _, _ in parts], OPENAI)
+    return [
+        {"name": name, "description": description, "input_schema": parameters}
+        for name, (_, description, parameters) in zip(wire, parts, strict=True)
+    ]
 
 
 def calls_from_message(
@@ -81,6 +87,7 @@ def calls_from_message(
     *,
     scope: Hashable | None = None,
     parent: ExecutionToken | None = None,
+    schemas: Iterable[SchemaLike] | None = None,
 ) -> list[ToolCall]:
     """The ``tool_use`` blocks of an assistant message, in the model's order.
 
@@ -89,9 +96,13 @@ def calls_from_message(
         scope: the scope every call runs in.
         parent: the token of the call these calls are nested in (``ctx.token`` of a
             tool that runs a sub-agent), set on every call.
+        schemas: the schemas sent as tools: a call naming a tool by the name it went
+            out as (see "Tool names" in the module docstring) names the registry's
+            tool again. Without them each name is kept as the model sent it.
     """
     if isinstance(field(message, "content"), str):
         return []  # a plain-text turn, as a request param may be written
+    back = from_wire(schemas, OPENAI)
     calls = []
     for block in sequence_field(message, "content"):
         if field(block, "type") == "tool_use":
@@ -99,7 +110,7 @@ def calls_from_message(
             calls.append(
                 ToolCall(
                     call_id=field(block, "id"),
-                    name=field(block, "name"),
+                    name=registry_name(back, field(block, "name")),
                     arguments={} if arguments is None else arguments,
                     scope=scope,
                     parent=parent,

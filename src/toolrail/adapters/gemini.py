@@ -14,6 +14,12 @@ Inputs are the SDK's objects or plain dicts (snake_case or the REST API's camelC
 outputs are plain JSON-ready dicts typed as the SDK's ``TypedDict``\\ s. The SDK is never
 imported at run time.
 
+- Tool names: a registry name Gemini rejects (outside
+  ``^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$``: a first character other than a letter or ``_``,
+  more than 64 characters) goes out as one it accepts, by the rule in
+  ``toolrail.adapters`` ("Tool names"): ``3d`` as ``_3d``. Pass the same ``schemas`` to
+  :func:`calls_from_response` and each call names the registry's tool, and to
+  :func:`function_responses`, whose ``name`` must be the one the model called.
 - Tools out: the JSON Schema goes to ``parameters_json_schema`` unchanged, not to
   ``parameters``, whose OpenAPI-subset ``Schema`` cannot say ``$ref``/``$defs``,
   ``additionalProperties`` or every ``anyOf``. Needs a ``google-genai`` that has the
@@ -49,6 +55,7 @@ from ._common import (
     text_of,
     visible_content,
 )
+from ._names import GEMINI, from_wire, registry_name, schema_name, to_wire, wire_names
 
 if TYPE_CHECKING:
     from collections.abc import Hashable
@@ -83,13 +90,12 @@ def function_declarations(schemas: Iterable[SchemaLike]) -> list[FunctionDeclara
     ...                         "parameters": {"type": "object"}}])
     [{'name': 'now', 'description': 'The time.', 'parameters_json_schema': {'type': 'object'}}]
     """
-    declarations: list[FunctionDeclarationDict] = []
-    for schema in schemas:
-        name, description, parameters = schema_parts(schema)
-        declarations.append(
-            {"name": name, "description": description, "parameters_json_schema": parameters}
-        )
-    return declarations
+    parts = [schema_parts(schema) for schema in schemas]
+    wire = to_wire([name for name, _, _ in parts], GEMINI)
+    return [
+        {"name": name, "description": description, "parameters_json_schema": parameters}
+        for name, (_, description, parameters) in zip(wire, parts, strict=True)
+    ]
 
 
 def calls_from_response(
@@ -97,6 +103,7 @@ def calls_from_response(
     *,
     scope: Hashable | None = None,
     parent: ExecutionToken | None = None,
+    schemas: Iterable[SchemaLike] | None = None,
 ) -> list[ToolCall]:
     """The ``function_call`` parts of the first candidate, in the model's order.
 
@@ -105,7 +112,12 @@ def calls_from_response(
         scope: the scope every call runs in.
         parent: the token of the call these calls are nested in (``ctx.token`` of a
             tool that runs a sub-agent), set on every call.
+        schemas: the schemas sent as declarations: a call naming a tool by the name
+            it went out as (see "Tool names" in the module docstring) names the
+            registry's tool again, and a minted id is ``<registry name>-<index>``.
+            Without them each name is kept as the model sent it.
     """
+    back = from_wire(schemas, GEMINI)
     candidates = sequence_field(response, "candidates")
     content = field(candidates[0], "content") if candidates else None
     calls: list[ToolCall] = []
@@ -113,7 +125,7 @@ def calls_from_response(
         function_call = field(part, "function_call", "functionCall")
         if function_call is None:
             continue
-        name = field(function_call, "name")
+        name = registry_name(back, field(function_call, "name"))
         call_id = field(function_call, "id")
         arguments = field(function_call, "args")
         calls.append(
@@ -129,7 +141,8 @@ def calls_from_response(
 
 
 def function_responses(
-    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, inline_images: bool = True
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, inline_images: bool = True,
+    schemas: Iterable[SchemaLike] | None = None,
 ) -> list[PartDict]:
     """One ``function_response`` part per call, in order: the next user turn's parts.
 
@@ -138,14 +151,17 @@ def function_responses(
         results: one result per call (``ValueError`` otherwise).
         inline_images: send images as ``inline_data`` parts of the response (Gemini 3
             models); ``False`` writes ``[image content]`` for models that reject them.
+        schemas: the schemas sent as declarations: each ``name`` is the one the call's
+            tool went out as. Without them it is the call's name.
     """
+    wire = wire_names([] if schemas is None else map(schema_name, schemas), GEMINI)
     parts: list[PartDict] = []
     for call, result in pairs(calls, results):
         blocks = visible_content(result)
         images = [b for b in blocks if inline_images and _inline(b)]
         text = text_of(b for b in blocks if not (inline_images and _inline(b)))
         response: FunctionResponseDict = {} if _minted(call) else {"id": call.call_id}
-        response["name"] = call.name
+        response["name"] = wire.get(call.name, call.name)
         response["response"] = {"error": text} if result.is_error else {"output": text}
         if images:
             response["parts"] = [_image_part(image) for image in images]

@@ -11,6 +11,10 @@ Inputs are the ``openai`` SDK's objects or plain dicts of the same shape; output
 plain JSON-ready dicts typed as the SDK's request ``TypedDict``\\ s. The SDK is never
 imported at run time.
 
+- Tool names: a registry name OpenAI rejects (outside ``^[a-zA-Z0-9_-]{1,64}$``: a
+  dot, more than 64 characters) goes out as one it accepts, by the rule in
+  ``toolrail.adapters`` ("Tool names"): ``github.search`` as ``github_search``. Pass the
+  same ``schemas`` to the calls-in functions and each call names the registry's tool.
 - Calls in: ``arguments`` text is parsed by ``ToolCall.from_json`` rules (empty → ``{}``,
   not JSON → the raw string, which the tool then reports as invalid arguments). Only
   ``function`` tool calls are read; ``custom`` tool calls are left to the caller.
@@ -55,6 +59,7 @@ from ._common import (
     text_of,
     visible_content,
 )
+from ._names import OPENAI, from_wire, registry_name, to_wire
 from ._strict import restore_absent, strict_schema
 
 if TYPE_CHECKING:
@@ -109,9 +114,9 @@ def chat_tools(
 'required': [], 'additionalProperties': False}, 'strict': True}
     """
     tools: list[ChatCompletionToolParam] = []
-    for schema in schemas:
-        name, description, parameters = schema_parts(schema)
-        function: FunctionDefinition = {"name": name, "description": description}
+    parts = [schema_parts(schema) for schema in schemas]
+    for wire, (name, description, parameters) in zip(_wire(parts), parts, strict=True):
+        function: FunctionDefinition = {"name": wire, "description": description}
         if strict:
             function["parameters"] = strict_schema(name, parameters)
             function["strict"] = True
@@ -130,12 +135,12 @@ def responses_tools(
     Arguments as in :func:`chat_tools`.
     """
     tools: list[FunctionToolParam] = []
-    for schema in schemas:
-        name, description, parameters = schema_parts(schema)
+    parts = [schema_parts(schema) for schema in schemas]
+    for wire, (name, description, parameters) in zip(_wire(parts), parts, strict=True):
         tools.append(
             {
                 "type": "function",
-                "name": name,
+                "name": wire,
                 "description": description,
                 "parameters": strict_schema(name, parameters) if strict else parameters,
                 "strict": strict,
@@ -159,11 +164,15 @@ def calls_from_chat(
         scope: the scope every call runs in.
         parent: the token of the call these calls are nested in (``ctx.token`` of a
             tool that runs a sub-agent), set on every call.
-        schemas: the schemas sent as tools; a ``null`` the original schema rejects for
-            an optional property is removed (see the module docstring).
+        schemas: the schemas sent as tools: a call naming a tool by the name it went
+            out as (see "Tool names" in the module docstring) names the registry's
+            tool again, and a ``null`` the original schema rejects for an optional
+            property is removed. Without them names and arguments pass through as sent.
     """
     if field(message, "choices") is not None:
         raise TypeError("calls_from_chat takes a message: pass completion.choices[0].message")
+    schemas = None if schemas is None else list(schemas)
+    back = from_wire(schemas, OPENAI)
     calls = []
     for tool_call in sequence_field(message, "tool_calls"):
         if field(tool_call, "type") not in (None, "function"):
@@ -172,7 +181,7 @@ def calls_from_chat(
         calls.append(
             call_from_text(
                 field(tool_call, "id"),
-                field(function, "name"),
+                registry_name(back, field(function, "name")),
                 field(function, "arguments"),
                 scope=scope,
                 parent=parent,
@@ -193,9 +202,11 @@ def calls_from_response(
     Arguments as in :func:`calls_from_chat`; ``response`` is a ``Response`` or a dict
     with ``output``.
     """
+    schemas = None if schemas is None else list(schemas)
+    back = from_wire(schemas, OPENAI)
     calls = [
-        call_from_text(field(item, "call_id"), field(item, "name"), field(item, "arguments"),
-                       scope=scope, parent=parent)
+        call_from_text(field(item, "call_id"), registry_name(back, field(item, "name")),
+                       field(item, "arguments"), scope=scope, parent=parent)
         for item in sequence_field(response, "output")
         if field(item, "type") == "function_call"
     ]
@@ -284,6 +295,10 @@ def responses_followup(
         else:
             parts.append({"type": "input_text", "text": IMAGE_PLACEHOLDER})
     return [{"type": "message", "role": "user", "content": parts}] if parts else []
+
+
+def _wire(parts: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return to_wire([name for name, _, _ in parts], OPENAI)
 
 
 def _readable(image: ImageContent) -> bool:

@@ -4,6 +4,9 @@
 >>> tools(registry, scope="agent-1")
 []
 
+- Tool names are ``toolrail.adapters.portable_names``' (one every provider accepts, a
+  valid name unchanged, ``github.search`` as ``github_search``); ``registry_name`` is
+  the registry's, which each call runs.
 - One ``ToolrailTool`` per schema the scope sees now; ``args_schema`` is the schema
   itself (a JSON Schema dict, which ``bind_tools`` sends as is). The list is a
   snapshot: call ``tools`` again after the registry changes.
@@ -47,7 +50,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
 from pydantic import ConfigDict
 
 from .. import ImageContent, Scope, TextContent, ToolCall, ToolRegistry, ToolResult, thaw
-from ..adapters import visible_content
+from ..adapters import portable_names, visible_content
 from ._source import Source, source_of
 
 __all__ = ["ToolrailTool", "content_of", "tool_node", "tools"]
@@ -58,6 +61,8 @@ class ToolrailTool(BaseTool):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     source: Source
+    registry_name: str | None = None
+    """The registry's name of the tool, when ``name`` is the portable one sent out."""
     response_format: Any = "content_and_artifact"
 
     def _to_args_and_kwargs(self, tool_input: str | dict[str, Any],
@@ -87,10 +92,11 @@ class ToolrailTool(BaseTool):
     async def _execute(self, call_id: str, arguments: Any,
                        run_manager: AsyncCallbackManagerForToolRun | None) -> ToolResult:
         source = self.source
+        name = self.registry_name or self.name  # the registry's, not the portable one
         step = None if run_manager is None else run_manager.parent_run_id
         if step is None:  # no step to keep: the caller's own fan-out
-            return await source.call(call_id, self.name, arguments)
-        call = ToolCall(call_id=call_id, name=self.name, arguments=arguments, scope=source.key)
+            return await source.call(call_id, name, arguments)
+        call = ToolCall(call_id=call_id, name=name, arguments=arguments, scope=source.key)
         return await source.in_step(("langchain", step), None, call)
 
 
@@ -102,10 +108,13 @@ def tools(target: ToolRegistry | Scope, scope: Hashable | None = None) -> list[T
         scope: the scope key when ``target`` is a registry; ``None`` is the global view.
     """
     source = source_of(target, scope)
+    schemas = source.schemas()
+    wire = portable_names(schema.name for schema in schemas)
     return [
-        ToolrailTool(name=schema.name, description=schema.description,
-                     args_schema=thaw(schema.parameters), source=source)
-        for schema in source.schemas()
+        ToolrailTool(name=wire[schema.name], description=schema.description,
+                     args_schema=thaw(schema.parameters), source=source,
+                     registry_name=schema.name)
+        for schema in schemas
     ]
 
 

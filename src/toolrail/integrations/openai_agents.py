@@ -11,6 +11,9 @@
   transform (``toolrail.adapters.openai``'s, the same rules and ``ValueError``); the
   ``null`` the model then sends for an optional property it leaves out is removed
   again before the call reaches the registry, so the tool sees the property absent.
+- Each tool's name is ``toolrail.adapters.portable_names``' (one every provider
+  accepts, a valid name unchanged, ``github.search`` as ``github_search``); its calls
+  run the registry's tool of that name.
 - Each call is ``execute(ToolCall.from_json(<the SDK's tool_call_id>, name, text))``.
   The SDK starts a step's calls at once; an exclusive one (``execution_mode``) still
   runs alone: it waits for the calls of the step that came before it, later ones wait
@@ -54,7 +57,7 @@ from .. import (
     ToolSchema,
     thaw,
 )
-from ..adapters import strict_schema, visible_content, without_strict_nulls
+from ..adapters import portable_names, strict_schema, visible_content, without_strict_nulls
 from ._source import Source, source_of
 
 __all__ = ["function_tools", "output_of"]
@@ -73,10 +76,12 @@ def function_tools(target: ToolRegistry | Scope, scope: Hashable | None = None, 
         ValueError: ``strict`` and a schema strict mode cannot express (names the tool).
     """
     source = source_of(target, scope)
-    return [_function_tool(source, schema, strict) for schema in source.schemas()]
+    schemas = source.schemas()
+    wire = portable_names(schema.name for schema in schemas)
+    return [_function_tool(source, schema, wire[schema.name], strict) for schema in schemas]
 
 
-def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> FunctionTool:
+def _function_tool(source: Source, schema: ToolSchema, wire: str, strict: bool) -> FunctionTool:
     name, key, in_step = schema.name, source.key, source.in_step
     root = thaw(schema.parameters) if strict else None
 
@@ -92,7 +97,7 @@ def _function_tool(source: Source, schema: ToolSchema, strict: bool) -> Function
 
     parameters = strict_schema(name, thaw(schema.parameters)) if strict else thaw(schema.parameters)
     return FunctionTool(
-        name=name, description=schema.description, params_json_schema=parameters,
+        name=wire, description=schema.description, params_json_schema=parameters,
         on_invoke_tool=invoke, strict_json_schema=strict,
     )
 

@@ -4,6 +4,9 @@
 >>> registry = ToolRegistry()
 >>> agent = Agent("test", toolsets=[ToolrailToolset(registry, scope="agent-1")])
 
+- Tool names are ``toolrail.adapters.portable_names``' (one every provider accepts, a
+  valid name unchanged, ``github.search`` as ``github_search``); each definition's
+  ``metadata["toolrail_name"]`` is the registry's name, which each call runs.
 - Tool definitions are ``schemas(scope)``, cached and rebuilt after an ``on_change``
   notification; arguments are validated by the registry (pydantic-ai only parses the
   JSON), so the toolset's validator accepts any object.
@@ -44,12 +47,13 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in devel
     ) from exc
 
 from .. import Content, ImageContent, Scope, TextContent, ToolArgsError, ToolRegistry, thaw
-from ..adapters import visible_content
+from ..adapters import portable_names, visible_content
 from ._source import source_of
 
 __all__ = ["ToolrailToolset", "content_of"]
 
 _ANY = SchemaValidator(core_schema.any_schema())
+_NAME = "toolrail_name"  # the key of the registry's name in a tool definition's metadata
 
 
 class ToolrailToolset(AbstractToolset[Any]):
@@ -90,15 +94,18 @@ class ToolrailToolset(AbstractToolset[Any]):
         tools = self._tools
         if tools is None:
             tools = {}
-            for schema in self._source.schemas():
+            schemas = self._source.schemas()
+            wire = portable_names(schema.name for schema in schemas)
+            for schema in schemas:
                 tool = self._source.get(schema.name)
                 definition = ToolDefinition(
-                    name=schema.name,
+                    name=wire[schema.name],
                     description=schema.description,
                     parameters_json_schema=thaw(schema.parameters),
                     sequential=tool is None or tool.concurrency_safe is not True,
+                    metadata={_NAME: schema.name},
                 )
-                tools[schema.name] = ToolsetTool(
+                tools[definition.name] = ToolsetTool(
                     toolset=self, tool_def=definition, max_retries=self._max_retries,
                     args_validator=_ANY,
                 )
@@ -108,6 +115,7 @@ class ToolrailToolset(AbstractToolset[Any]):
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any],
                         tool: ToolsetTool[Any]) -> Any:
+        name = (tool.tool_def.metadata or {}).get(_NAME, name)  # the registry's name
         result = await self._source.call(ctx.tool_call_id or "", name, tool_args)
         if result.is_error:
             error = result.error
