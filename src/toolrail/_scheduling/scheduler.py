@@ -235,15 +235,22 @@ class Driver:
         self.results: list[ToolResult] = []  # calls[:cursor]'s final results
         self.life = NOT_BEGUN
         self.closed = False  # a stream's ``aclose()`` was called
+        self.awaited = -1  # the index of an open feed's call its submitter waits for
 
-    def submit(self, call: ToolCall, scope: Hashable | None) -> int:
-        """Append a call to an open driver (a program's nested call); its index."""
+    def submit(self, call: ToolCall, scope: Hashable | None, *, awaited: bool = False) -> int:
+        """Append a call to an open driver (a program's nested call); its index.
+
+        ``awaited``: the submitter submits nothing more until this call commits (a
+        program blocked on it), so the call may be alone like a fixed batch's last one.
+        """
         if self.feed is not OPEN:
             raise RuntimeError("no more calls can be submitted to this driver")
         self.calls.append(call)
         self.scopes.append(scope)
+        index = len(self.calls) - 1
+        self.awaited = index if awaited else -1
         self.wake.set()
-        return len(self.calls) - 1
+        return index
 
     def close_feed(self) -> None:
         """No more calls: those submitted but not started are dropped without a trace."""
@@ -413,7 +420,8 @@ class Driver:
         need the driver: then the call gets a task.)"""
         return self.cursor == slot.index and (
             self.group is not GROWING or self.max_parallel == 1
-            or (self.started == len(self.calls) and self.feed is not OPEN))
+            or (self.started == len(self.calls)
+                and (self.feed is not OPEN or self.awaited == slot.index)))
 
     def _may_start(self) -> bool:
         """Whether call ``started`` may start now; classifies it when that is asked."""

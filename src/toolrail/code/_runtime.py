@@ -193,13 +193,14 @@ class _Program:
         self.results[index] = result
         self.committed.set()
 
-    def _submit(self, name: str, args: Any) -> int:
-        """A nested call of ``name`` (within ``max_calls``); its driver index."""
+    def _submit(self, name: str, args: Any, awaited: bool = False) -> int:
+        """A nested call of ``name`` (within ``max_calls``); its driver index. ``awaited``:
+        the program is blocked on it (it submits nothing until the call commits)."""
         self.calls += 1
         ctx = self.ctx
         call = ToolCall(call_id=f"{ctx.call_id}.{self.calls}", name=name, arguments=args,
                         scope=ctx.scope, parent=ctx.token, signal=ctx.signal)
-        index = self.driver.submit(call, ctx.scope)
+        index = self.driver.submit(call, ctx.scope, awaited=awaited)
         self.names.append(name)
         return index
 
@@ -303,7 +304,7 @@ class _Program:
 
     async def _answer_now(self, name: str, payload: Any) -> Any:
         """A call the program awaits at once: its value, or its ``ToolCallError``."""
-        index = self._submit(name, payload)
+        index = self._submit(name, payload, awaited=True)
         while index not in self.results:
             self.committed.clear()
             await self.committed.wait()
