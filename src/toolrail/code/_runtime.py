@@ -23,9 +23,7 @@ import ast
 import asyncio
 import contextlib
 import json
-import os
-import signal as signals
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.presentation import RUN_CODE
@@ -34,7 +32,7 @@ from .._model.lossless import snapshot_json, thaw
 from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import Driver, Feed
-from ._pool import SandboxPool, alive
+from ._pool import SandboxPool, settle
 
 if TYPE_CHECKING:
     from .._dispatch.execution import RunContext
@@ -44,8 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["CodeFailedError", "run_program"]
 
 _STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
-_DEATH_POLL: Final = 0.002  # seconds between looks at a killed worker
-_DEATH_POLLS: Final = 1000  # ... for at most two seconds
+_DEATH_WAIT: Final = 2.0  # seconds a killed worker has to exit
 ENDED: Final = "the program ended"
 
 
@@ -104,6 +101,7 @@ class _Program:
         self.cancelled = asyncio.Event()
         self.done = asyncio.Event()
         self.pending: dict[int, int] = {}  # the sandbox's call id -> the driver index
+        self.pool: SandboxPool | None = None
         self.pid: int | None = None
         self.killed = False  # its worker was sent SIGKILL
 
@@ -118,6 +116,7 @@ class _Program:
                 self.cancelled.set()
 
     async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
+        self.pool = pool
         unhook = self.ctx.signal.add_callback(lambda: self.stop("cancelled"))
         outcome: Any = None
         try:
@@ -159,24 +158,23 @@ class _Program:
         await self._dead()
 
     async def _dead(self) -> None:
-        """Wait until a killed worker has stopped running: a SIGKILL is delivered when the
-        kernel next schedules it, so on a busy machine it may run a moment after ``kill``.
-        The worker is the sandbox's process, not our child: there is nothing to wait on,
-        so this polls (briefly: a killed process stops within a scheduling quantum)."""
-        if not self.killed:
-            return
-        for _ in range(_DEATH_POLLS):
-            if not alive(self.pid):
-                return
-            await asyncio.sleep(_DEATH_POLL)
+        """Wait until a killed worker has exited: a SIGKILL is delivered when the kernel
+        next schedules it, so on a busy machine it may run a moment after ``kill``. The
+        worker is our child, but the sandbox's runtime reaps it: this waits on its pidfd
+        (polling only where there is none), without reaping it."""
+        if self.killed and self.pool is not None and self.pid is not None:
+            await self.pool.exited(self.pid, _DEATH_WAIT)
 
     def _kill(self) -> None:
         # Called while the session still holds the worker, so the pid is still its own
-        # (alive() skips one that has already died and been reaped).
-        if self.pid is not None and alive(self.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
-                self.killed = True
+        # (the pool kills through the worker's pidfd); the pool replaces the worker.
+        if self.pid is not None and self.pool is not None and self.pool.kill(self.pid):
+            self.killed = True
+
+    async def _step(self, operation: Awaitable[Any]) -> Any:
+        """A feed or resume of the program, awaited to its end: cancelled, the worker is
+        killed so that it ends at once (``_pool.settle``)."""
+        return await settle(operation, on_cancel=self._kill)
 
     async def _drive(self) -> None:
         """Commit the nested calls in submission order, telling the program of each."""
@@ -207,10 +205,10 @@ class _Program:
             async with pool.session(sdk, settings) as session:
                 self.pid = session.worker_pid
                 try:
-                    snapshot = await session.feed_start(code, inputs={"tools": tools},
-                                                        print_callback=logs)
+                    snapshot = await self._step(session.feed_start(
+                        code, inputs={"tools": tools}, print_callback=logs))
                     while not isinstance(snapshot, pm.MontyComplete):
-                        snapshot = await self._answer(snapshot, pm)
+                        snapshot = await self._step(await self._answer(snapshot, pm))
                 except asyncio.CancelledError:
                     # Stopped mid-run: the worker may still be running the program, and
                     # the sandbox stops it on its own time. Killed here, while the session
@@ -227,48 +225,49 @@ class _Program:
         return self._success(code, output, logs.output)
 
     async def _answer(self, snapshot: Any, pm: Any) -> Any:
+        """How the program is resumed after ``snapshot`` (``_program`` awaits it)."""
         if isinstance(snapshot, pm.AsyncFunctionSnapshot):
             name = snapshot.function_name
             if snapshot.is_os_function:
-                return await snapshot.resume_not_handled()
+                return snapshot.resume_not_handled()
             if snapshot.object_id is None or not (name in self.methods or name == "call"):
-                return await snapshot.resume(
+                return snapshot.resume(
                     {"exception": NameError(f"name {name!r} is not defined")})
             if self.stopping is not None:
-                return await snapshot.resume(
+                return snapshot.resume(
                     {"exception": RuntimeError("run_code was cancelled")})
             args = list(snapshot.args)
             kwargs = dict(snapshot.kwargs)
             if name == "call":
                 tool = args.pop(0) if args else kwargs.pop("name", None)
                 if not isinstance(tool, str):
-                    return await snapshot.resume(
+                    return snapshot.resume(
                         {"exception": TypeError("tools.call() takes a tool name")})
                 name = tool
             if name == RUN_CODE:  # a worker held per level: nesting could starve the pool
-                return await snapshot.resume({"exception": RuntimeError(
+                return snapshot.resume({"exception": RuntimeError(
                     f'tool "{RUN_CODE}" failed (UNKNOWN_TOOL): a {RUN_CODE} program cannot '
                     f"run another program")})
             if self.calls >= self.settings.max_calls:
                 self.over_calls = True  # the call is never submitted
-                return await snapshot.resume({"exception": RuntimeError(
+                return snapshot.resume({"exception": RuntimeError(
                     f"call limit reached: a program may make at most "
                     f"{self.settings.max_calls} tool calls")})
             # The answer goes to the worker first; the call is submitted while it travels.
             resumed = snapshot.resume({"future": ...})
             payload = args[0] if args else kwargs.get("args", {})
             self.pending[snapshot.call_id] = self._submit(name, payload)
-            return await resumed
+            return resumed
         if isinstance(snapshot, pm.AsyncFutureSnapshot):
             wanted = snapshot.pending_call_ids
             while True:
                 ready = {i: self._settled(i) for i in wanted
                          if self.pending.get(i) in self.results}
                 if ready:
-                    return await snapshot.resume(ready)
+                    return snapshot.resume(ready)
                 self.committed.clear()
                 await self.committed.wait()
-        return await snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
+        return snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
 
     def _settled(self, monty_id: int) -> Any:
         index = self.pending.pop(monty_id)
