@@ -253,13 +253,26 @@ class SandboxPool:
     async def _exit(self, session: Any, *, quiet: bool = True) -> None:
         """Close a session and give back its slot. ``quiet``: a session that cannot be
         closed (its worker died) is the sandbox's to reap, not an error."""
+        pid = session.worker_pid
         try:
-            await settle(session.__aexit__(None, None, None))
+            await settle(self._bounded(session.__aexit__(None, None, None), [pid]))
         except Exception:
             if not quiet:
                 raise
         finally:
             self._release(session)
+
+    async def _bounded(self, closing: Awaitable[T], pids: list[int | None]) -> T:
+        """Closing a session or the pool, awaited to its end. Closing waits for workers
+        to answer: one that has not ended within ``_EXIT_GRACE`` waits on a worker that
+        does not (stopped, or wedged), so ``pids`` are killed, which ends it."""
+        future = asyncio.ensure_future(closing)
+        await asyncio.wait((future,), timeout=_EXIT_GRACE)
+        if not future.done():
+            for pid in pids:
+                if pid is not None:
+                    self.kill(pid)
+        return await future
 
     def _release(self, session: Any) -> None:
         slots = self._holding.pop(id(session), None)
@@ -330,7 +343,8 @@ class SandboxPool:
         monty, self._monty = self._monty, None
         try:
             if monty is not None:
-                await settle(monty.__aexit__(None, None, None))
+                await settle(self._bounded(monty.__aexit__(None, None, None),
+                                           list(self._workers)))
         finally:
             await self._all_exited()
 
