@@ -234,9 +234,14 @@ class SandboxPool:
             slots.release()
             raise
         self._holding[id(session)] = slots  # given back when the session is closed
+
+        async def given_back(_: Any) -> None:  # checked out after all: its worker is ours
+            self._seen(session.worker_pid)
+            await self._exit(session)
+
         try:
             # Cancelled meanwhile, the checkout still completes: its session is closed.
-            await settle(session.__aenter__(), late=lambda _: self._exit(session))
+            await settle(session.__aenter__(), late=given_back)
         except BaseException:
             self._release(session)
             raise
