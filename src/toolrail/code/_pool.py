@@ -1,15 +1,34 @@
 """The registry's sandbox pool: ``pydantic_monty`` workers, the warm spare sessions
 programs start in, and the programs running on them (code-mode.md, "Running a program",
-item 1: a fresh session per call)."""
+item 1: a fresh session per call).
+
+Every sandbox operation (starting the workers, a checkout, a feed, a resume, closing a
+session or the pool) is a Rust future whose asyncio future a thread of the sandbox's
+runtime resolves, taking the interpreter's lock to do so; cancelled, that thread still
+comes back for the lock later, to see that it was cancelled. A thread that takes the
+lock while the interpreter is finalizing is ended with ``pthread_exit``, whose unwinding
+through the Rust frames aborts the process (SIGABRT). So no operation is ever cancelled
+or left behind: ``settle`` waits for each to end, whatever cancellation comes meanwhile
+(a program's worker is killed first, so that its feed ends at once); checkouts never
+queue inside the sandbox (the pool's own slots do, where waiting can be cancelled); and
+at exit, ``_quiesce`` lets the runtime's threads finish the calls that resolved the last
+futures before the interpreter is finalized.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import hashlib
 import os
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Final, Protocol
+import select
+import signal as signals
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from .._model.errors import ToolAbortedError
 from ._sdk import PRELUDE
@@ -17,7 +36,9 @@ from ._sdk import PRELUDE
 if TYPE_CHECKING:
     from ._settings import CodeSettings
 
-__all__ = ["SandboxPool", "alive"]
+__all__ = ["SandboxPool", "alive", "settle"]
+
+T = TypeVar("T")
 
 _PRELUDE: Final = PRELUDE  # ToolCallError and tool_call_error, as the SDK declares them
 # Fed to a spare session: it runs nothing (``if False``) and defines nothing, but its
@@ -33,6 +54,9 @@ if False:
 _CLOSED: Final = "tool call aborted: the registry is closing"
 _SPARES: Final = 2  # warm spare sessions at most, each holding a worker
 _CHECKED: Final = 1024  # (SDK, program) pairs remembered as type-checked
+_EXIT_GRACE: Final = 2.0  # seconds a closed pool's worker has to exit before a SIGKILL
+_DEATH_POLL: Final = 0.002  # seconds between looks at a worker, where there is no pidfd
+_QUIESCE: Final = 1.0  # seconds the exit hook waits, at most, for the runtime's threads
 
 
 class Running(Protocol):
@@ -79,7 +103,7 @@ def _digest(sdk: str, code: str) -> bytes:
 
 class SandboxPool:
     """The registry's ``pydantic_monty`` worker pool, its warm spare sessions, and the
-    programs running on it.
+    programs running on them.
 
     The sandbox's type checker loads its standard-library stubs in each session, on the
     session's first checked feed: 15-20 ms, most of a checked program's fixed cost. So
@@ -91,6 +115,13 @@ class SandboxPool:
     sense of code-mode.md: nothing carries from one ``run_code`` to the next. At most
     ``_SPARES`` spares exist (the oldest key gives way), each holding one worker, and
     the pool may grow by that many workers so that spares never starve a program.
+
+    Each session holds one of the pool's slots, as many as the sandbox has workers, from
+    before its checkout until it is closed: a checkout is asked for only when a worker
+    is free, so it never waits inside the sandbox, where a wait could not be cancelled.
+    The workers start on demand (``min_processes=0``), so every one is seen at its first
+    checkout: the pool keeps a pidfd of each (where the platform has them), kills its
+    own workers through it, and ``close()`` returns only once every one has exited.
     """
 
     def __init__(self) -> None:
@@ -102,6 +133,10 @@ class SandboxPool:
         self._closing: set[asyncio.Future[Any]] = set()  # sessions of discarded spares
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the spares live on
         self._closed = False
+        self._size = (os.cpu_count() or 1) + _SPARES  # the sandbox's workers, at most
+        self._slots: asyncio.Semaphore | None = None  # one per session; of ``_loop``
+        self._holding: dict[int, asyncio.Semaphore] = {}  # id(session) -> its slot's
+        self._workers: dict[int, int | None] = {}  # every worker seen: pid -> its pidfd
 
     async def start(self) -> None:
         if self._closed:
@@ -114,10 +149,11 @@ class SandboxPool:
             if self._monty is None and not self._closed:
                 import pydantic_monty
 
-                monty = pydantic_monty.AsyncMonty(max_processes=(os.cpu_count() or 1) + _SPARES)
-                await monty.__aenter__()
+                _hook_exit()
+                monty = pydantic_monty.AsyncMonty(min_processes=0, max_processes=self._size)
+                await settle(monty.__aenter__())
                 if self._closed:  # aclose() came while the workers started: stop them
-                    await monty.__aexit__(None, None, None)
+                    await settle(monty.__aexit__(None, None, None))
                 else:
                     self._monty = monty
         if self._monty is None:
@@ -139,11 +175,11 @@ class SandboxPool:
         self._settle_loop()
         spare = await self._take(key)
         try:
-            session = spare if spare is not None else await _open(self._monty, options)
+            session = spare if spare is not None else await self._open(options)
             try:
                 yield session
             finally:
-                await session.__aexit__(None, None, None)
+                await self._exit(session, quiet=False)
         finally:
             # For the next program with this key, warmed once this one is over (while
             # the model reads its result) so that it never competes with it for the CPU.
@@ -164,7 +200,7 @@ class SandboxPool:
                 self._keep(key, task)  # the program was cancelled: the spare serves another
             raise
         if spare is not None and not alive(spare.worker_pid):
-            await _exit(spare)  # its worker is gone: the pool replaces it
+            await self._exit(spare)  # its worker is gone: the pool replaces it
             return None
         return spare
 
@@ -188,18 +224,20 @@ class SandboxPool:
         """A spare no longer wanted, once its warm-up has stopped: its session is closed."""
         if task.cancelled() or task.exception() is not None or task.result() is None:
             return
-        closing = asyncio.ensure_future(_exit(task.result()))
+        closing = asyncio.ensure_future(self._exit(task.result()))
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
 
     def _settle_loop(self) -> None:
         """Spares belong to the event loop that warmed them. A registry used from a new
         loop (a second ``asyncio.run``) forgets the old loop's: a warm-up that loop
-        cancelled when it ended is no spare, and one that finished is closed here."""
+        cancelled when it ended is no spare, and one that finished is closed here. The
+        slots are the loop's too (an asyncio semaphore serves one loop)."""
         loop = asyncio.get_running_loop()
         if self._loop is loop:
             return
         self._loop = loop
+        self._slots = asyncio.Semaphore(self._size)
         stale = list(self._spares.values())
         self._spares.clear()
         self._closing.clear()  # futures of the old loop: nothing here can wait for them
@@ -210,9 +248,107 @@ class SandboxPool:
     async def _warm(self, options: dict[str, Any]) -> Any:
         """A spare session; ``None`` if it could not be warmed (programs then check out)."""
         try:
-            return await _open(self._monty, options)
+            return await self._open(options)
         except Exception:
             return None
+
+    async def _open(self, options: dict[str, Any]) -> Any:
+        """A session ready for a program, spare or not: checked out, the prelude fed and,
+        when programs are type-checked, the warm-up. The same feeds either way, so a
+        program is the same feed of its session (``<python-input-N>`` in its traceback)
+        whichever it gets."""
+        slots = self._slots
+        assert slots is not None
+        await slots.acquire()  # cancellable: nothing of the sandbox waits yet
+        try:
+            if self._monty is None:
+                raise ToolAbortedError(_CLOSED)
+            session = self._monty.checkout(**options)
+        except BaseException:
+            slots.release()
+            raise
+        self._holding[id(session)] = slots  # given back when the session is closed
+
+        async def given_back(_: Any) -> None:  # checked out after all: its worker is ours
+            self._seen(session.worker_pid)
+            await self._exit(session)
+
+        try:
+            # Cancelled meanwhile, the checkout still completes: its session is closed.
+            await settle(session.__aenter__(), late=given_back)
+        except BaseException:
+            self._release(session)
+            raise
+        self._seen(session.worker_pid)
+        try:
+            await settle(session.feed_run(_PRELUDE, skip_type_check=True))
+            if options["type_check"]:
+                await settle(session.feed_run(_WARM_UP))
+        except BaseException:
+            await self._exit(session)
+            raise
+        return session
+
+    async def _exit(self, session: Any, *, quiet: bool = True) -> None:
+        """Close a session and give back its slot. ``quiet``: a session that cannot be
+        closed (its worker died) is the sandbox's to reap, not an error."""
+        pid = session.worker_pid
+        try:
+            await settle(self._bounded(session.__aexit__(None, None, None), [pid]))
+        except Exception:
+            if not quiet:
+                raise
+        finally:
+            self._release(session)
+
+    async def _bounded(self, closing: Awaitable[T], pids: list[int | None]) -> T:
+        """Closing a session or the pool, awaited to its end. Closing waits for workers
+        to answer: one that has not ended within ``_EXIT_GRACE`` waits on a worker that
+        does not (stopped, or wedged), so ``pids`` are killed, which ends it."""
+        future = asyncio.ensure_future(closing)
+        await asyncio.wait((future,), timeout=_EXIT_GRACE)
+        if not future.done():
+            for pid in pids:
+                if pid is not None:
+                    self.kill(pid)
+        return await future
+
+    def _release(self, session: Any) -> None:
+        slots = self._holding.pop(id(session), None)
+        if slots is not None:
+            slots.release()
+
+    def _seen(self, pid: int | None) -> None:
+        """Keep a pidfd of a worker met at a checkout (and forget those that exited)."""
+        if pid is None or pid in self._workers:
+            return
+        for old, fd in list(self._workers.items()):
+            if _exited(old, fd):
+                del self._workers[old]
+                if fd is not None:
+                    os.close(fd)
+        self._workers[pid] = _pidfd(pid)
+
+    def kill(self, pid: int) -> bool:
+        """SIGKILL this pool's worker ``pid`` if it still runs; whether it was sent.
+        Called while a session still holds the worker, so the pid is still its own; the
+        pidfd makes sure of it (and the sandbox replaces the worker)."""
+        fd = self._workers.get(pid)
+        try:
+            if fd is not None:
+                signals.pidfd_send_signal(fd, signals.SIGKILL)
+                return True
+            if alive(pid):
+                os.kill(pid, signals.SIGKILL)
+                return True
+        except ProcessLookupError:
+            pass
+        return False
+
+    async def exited(self, pid: int, seconds: float) -> bool:
+        """Wait until this pool's worker ``pid`` has exited (a zombie has: reaping it is
+        the sandbox's), on its pidfd where there is one; whether it did in ``seconds``."""
+        return await _wait_exit(pid, self._workers.get(pid), seconds)
 
     async def ready(self) -> None:
         """Wait until the spares being warmed are warm (or failed to warm): for the
@@ -223,7 +359,8 @@ class SandboxPool:
             await asyncio.wait(warming)
 
     async def close(self) -> None:
-        """Cancel the running programs, wait for them, then stop the spares and workers."""
+        """Cancel the running programs, wait for them, then stop the spares and workers,
+        and wait for every worker process to exit."""
         self._closed = True
         self._settle_loop()
         programs = list(self.running)
@@ -239,52 +376,137 @@ class SandboxPool:
             await asyncio.wait(spares)
         for task in spares:
             if not task.cancelled() and task.exception() is None and task.result() is not None:
-                await _exit(task.result())
+                await self._exit(task.result())
         if self._closing:
             await asyncio.wait(list(self._closing))
         monty, self._monty = self._monty, None
-        if monty is not None:
-            await monty.__aexit__(None, None, None)
+        try:
+            if monty is not None:
+                await settle(self._bounded(monty.__aexit__(None, None, None),
+                                           list(self._workers)))
+        finally:
+            await self._all_exited()
+
+    async def _all_exited(self) -> None:
+        """Wait for every worker the pool met to exit: the sandbox asks them to, without
+        waiting. One that has not within ``_EXIT_GRACE`` is killed (only through its
+        pidfd: without one, the pid might be another process's by now)."""
+        workers, self._workers = self._workers, {}
+        for pid, fd in workers.items():
+            try:
+                if not await _wait_exit(pid, fd, _EXIT_GRACE) and fd is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        signals.pidfd_send_signal(fd, signals.SIGKILL)
+                    await _wait_exit(pid, fd, _EXIT_GRACE)
+            finally:
+                if fd is not None:
+                    os.close(fd)
 
 
-async def _checkout(monty: Any, options: dict[str, Any]) -> Any:
-    """A checked-out session. Cancelled just as the checkout completes, the session is
-    given back before the cancellation goes on: a lost one would hold a worker for good."""
-    session = monty.checkout(**options)
-    entering = asyncio.ensure_future(session.__aenter__())
+async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | None = None,
+                 late: Callable[[T], Awaitable[object]] | None = None) -> T:
+    """Await a sandbox operation to its end, even when the wait is cancelled.
+
+    A cancelled operation would leave a thread of the sandbox's runtime to come back for
+    the interpreter at a moment nobody waits for, the interpreter's exit included, where
+    it aborts the process (this module's docstring). So on a cancellation, ``on_cancel``
+    runs (it makes the operation end now: a program's worker is killed), the operation
+    is awaited to its end, ``late`` gets its result if it succeeded all the same (a
+    checkout's session is closed), and then the cancellation goes on."""
+    future = asyncio.ensure_future(operation)
     try:
-        await entering
+        return await asyncio.shield(future)
     except asyncio.CancelledError:
-        if entering.done() and not entering.cancelled() and entering.exception() is None:
-            await asyncio.shield(_exit(session))
+        if on_cancel is not None and not future.done():
+            on_cancel()
+        while not future.done():
+            try:
+                await asyncio.wait((future,))
+            except asyncio.CancelledError:
+                continue  # cancelled again: this wait is bounded by the operation's end
+        if not future.cancelled() and future.exception() is None and late is not None:
+            await late(future.result())
         raise
-    return session
 
 
-async def _open(monty: Any, options: dict[str, Any]) -> Any:
-    """A session ready for a program, spare or not: checked out, the prelude fed and,
-    when programs are type-checked, the warm-up. The same feeds either way, so a program
-    is the same feed of its session (``<python-input-N>`` in its traceback) whichever
-    it gets."""
-    session = await _checkout(monty, options)
+def _hook_exit() -> None:
+    global _HOOKED
+    if not _HOOKED:
+        _HOOKED = True
+        atexit.register(_quiesce)
+
+
+_HOOKED = False
+
+
+def _quiesce() -> None:
+    """At interpreter exit, before finalization: let the sandbox runtime's threads leave
+    the interpreter. The thread that resolved the last awaited sandbox future may still
+    be inside ``call_soon_threadsafe`` (it gave up the interpreter's lock to write to the
+    loop's wake-up socket and waits to take it back); taking it once finalization has
+    begun ends the thread mid-Rust, which aborts the process. Those threads are the ones
+    ``threading`` does not know; the lock is released (sleeps) until none of them runs
+    Python code, for at most ``_QUIESCE`` seconds."""
+    deadline = time.monotonic() + _QUIESCE
+    while time.monotonic() < deadline:
+        known = {thread.ident for thread in threading.enumerate()
+                 if not isinstance(thread, threading._DummyThread)}
+        if known.issuperset(sys._current_frames()):
+            return
+        time.sleep(0.0001)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (Linux 5.3+), else ``None`` (the pool then polls)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
     try:
-        await session.feed_run(_PRELUDE, skip_type_check=True)
-        if options["type_check"]:
-            await session.feed_run(_WARM_UP)
-    except BaseException:
-        await _exit(session)
-        raise
-    return session
+        return int(pidfd_open(pid))
+    except OSError:
+        return None
 
 
-async def _exit(session: Any) -> None:
-    """Close a discarded spare's session; one that cannot be closed is the pool's to reap."""
-    with contextlib.suppress(Exception):
-        await session.__aexit__(None, None, None)
+def _exited(pid: int, fd: int | None) -> bool:
+    if fd is None:
+        return not alive(pid)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))  # a pidfd is readable once its process has exited
+
+
+async def _wait_exit(pid: int, fd: int | None, seconds: float) -> bool:
+    """Wait until ``pid`` has exited, for at most ``seconds``; whether it did."""
+    if _exited(pid, fd):
+        return True
+    loop = asyncio.get_running_loop()
+    if fd is not None:
+        readable = loop.create_future()
+        try:
+            loop.add_reader(fd, _ready, readable)
+        except NotImplementedError:  # a loop without readers (Windows has no pidfd anyway)
+            pass
+        else:
+            try:
+                await asyncio.wait((readable,), timeout=seconds)
+            finally:
+                loop.remove_reader(fd)
+            return _exited(pid, fd)
+    deadline = loop.time() + seconds
+    while not _exited(pid, fd):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_DEATH_POLL)
+    return True
+
+
+def _ready(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def alive(pid: int | None) -> bool:
-    """Whether a spare's worker still runs (a killed one the pool has not yet reaped is a
+    """Whether a worker still runs (a killed one the pool has not yet reaped is a
     zombie, which ``kill(pid, 0)`` alone would take for alive)."""
     if pid is None:
         return False

@@ -23,10 +23,8 @@ import ast
 import asyncio
 import contextlib
 import json
-import os
 import re
-import signal as signals
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.presentation import RUN_CODE
@@ -35,7 +33,7 @@ from .._model.lossless import snapshot_json, thaw
 from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import Driver, Feed
-from ._pool import SandboxPool, alive
+from ._pool import SandboxPool, settle
 from ._sdk import error_text
 
 if TYPE_CHECKING:
@@ -46,8 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["CodeFailedError", "run_program"]
 
 _STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
-_DEATH_POLL: Final = 0.002  # seconds between looks at a killed worker
-_DEATH_POLLS: Final = 1000  # ... for at most two seconds
+_DEATH_WAIT: Final = 2.0  # seconds a killed worker has to exit
 ENDED: Final = "the program ended"
 _DEPTH: Final = 100  # levels of arrays and objects a program's result may nest
 _COROUTINE: Final = re.compile(r"<coroutine external_future\((\d+)\)>")  # a call's repr
@@ -110,6 +107,7 @@ class _Program:
         self.pending: dict[int, int] = {}  # the sandbox's call id -> the driver index
         self.called: dict[int, str] = {}  # the sandbox's call id -> the tool's name
         self.lookalikes: set[str] = set()  # values of calls that read like a call's repr
+        self.pool: SandboxPool | None = None
         self.pid: int | None = None
         self.tools = _Tools()  # what the program names `tools`
         self.killed = False  # its worker was sent SIGKILL
@@ -125,6 +123,7 @@ class _Program:
                 self.cancelled.set()
 
     async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
+        self.pool = pool
         unhook = self.ctx.signal.add_callback(lambda: self.stop("cancelled"))
         outcome: Any = None
         try:
@@ -166,24 +165,29 @@ class _Program:
         await self._dead()
 
     async def _dead(self) -> None:
-        """Wait until a killed worker has stopped running: a SIGKILL is delivered when the
-        kernel next schedules it, so on a busy machine it may run a moment after ``kill``.
-        The worker is the sandbox's process, not our child: there is nothing to wait on,
-        so this polls (briefly: a killed process stops within a scheduling quantum)."""
-        if not self.killed:
-            return
-        for _ in range(_DEATH_POLLS):
-            if not alive(self.pid):
-                return
-            await asyncio.sleep(_DEATH_POLL)
+        """Wait until a killed worker has exited: a SIGKILL is delivered when the kernel
+        next schedules it, so on a busy machine it may run a moment after ``kill``. The
+        worker is our child, but the sandbox's runtime reaps it: this waits on its pidfd
+        (polling only where there is none), without reaping it."""
+        if self.killed and self.pool is not None and self.pid is not None:
+            await self.pool.exited(self.pid, _DEATH_WAIT)
 
     def _kill(self) -> None:
         # Called while the session still holds the worker, so the pid is still its own
-        # (alive() skips one that has already died and been reaped).
-        if self.pid is not None and alive(self.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signals.SIGKILL)  # the pool replaces the worker
-                self.killed = True
+        # (the pool kills through the worker's pidfd); the pool replaces the worker.
+        if self.pid is not None and self.pool is not None and self.pool.kill(self.pid):
+            self.killed = True
+
+    async def _step(self, operation: Awaitable[Any]) -> Any:
+        """A feed or resume of the program, awaited to its end: cancelled, the worker is
+        killed so that it ends at once (``_pool.settle``)."""
+        return await settle(operation, on_cancel=self._halt)
+
+    def _halt(self) -> None:
+        """End a feed or resume now: the worker is killed, and the started nested calls
+        are cancelled (a call answered in place is part of its resume)."""
+        self._kill()
+        self.driver.cancel("cancelled")
 
     async def _drive(self) -> None:
         """Commit the nested calls in submission order, telling the program of each."""
@@ -222,13 +226,13 @@ class _Program:
                         # A program checked against this very SDK before passes again:
                         # the check is a pure function of the two (``TypeChecked``).
                         known = settings.type_check and pool.checked.knows(sdk, code)
-                        snapshot = await session.feed_start(code, inputs={"tools": tools},
-                                                            print_callback=logs,
-                                                            skip_type_check=known)
+                        snapshot = await self._step(session.feed_start(
+                            code, inputs={"tools": tools}, print_callback=logs,
+                            skip_type_check=known))
                         if settings.type_check and not known:
                             pool.checked.add(sdk, code)  # it parsed and passed its check
                         while not isinstance(snapshot, pm.MontyComplete):
-                            snapshot = await self._answer(snapshot, pm)
+                            snapshot = await self._step(await self._answer(snapshot, pm))
                     except asyncio.CancelledError:
                         # Stopped mid-run: the worker may still be running the program,
                         # and the sandbox stops it on its own time. Killed here, while the
@@ -249,30 +253,31 @@ class _Program:
         return self._success(code, output, logs.output)
 
     async def _answer(self, snapshot: Any, pm: Any) -> Any:
+        """How the program is resumed after ``snapshot`` (``_program`` awaits it)."""
         if isinstance(snapshot, pm.AsyncFunctionSnapshot):
             name = snapshot.function_name
             if snapshot.is_os_function:
-                return await snapshot.resume_not_handled()
+                return snapshot.resume_not_handled()
             if snapshot.object_id is None or not (name in self.methods or name == "call"):
-                return await snapshot.resume(
+                return snapshot.resume(
                     {"exception": NameError(f"name {name!r} is not defined")})
             if self.stopping is not None:
-                return await snapshot.resume(
+                return snapshot.resume(
                     {"exception": RuntimeError("run_code was cancelled")})
             args = list(snapshot.args)
             kwargs = dict(snapshot.kwargs)
             if name == "call":
                 tool = args.pop(0) if args else kwargs.pop("name", None)
                 if not isinstance(tool, str):
-                    return await snapshot.resume(
+                    return snapshot.resume(
                         {"exception": TypeError("tools.call() takes a tool name")})
                 name = tool
             if name == RUN_CODE:  # a worker held per level: nesting could starve the pool
-                return await snapshot.resume({"exception": RuntimeError(error_text(
+                return snapshot.resume({"exception": RuntimeError(error_text(
                     RUN_CODE, "UNKNOWN_TOOL", f"a {RUN_CODE} program cannot run another program"))})
             if self.calls >= self.settings.max_calls:
                 self.over_calls = True  # the call is never submitted
-                return await snapshot.resume({"exception": RuntimeError(
+                return snapshot.resume({"exception": RuntimeError(
                     f"call limit reached: a program may make at most "
                     f"{self.settings.max_calls} tool calls")})
             payload = args[0] if args else kwargs.get("args", {})
@@ -280,27 +285,32 @@ class _Program:
                 # Awaited at once (no other sandbox task can run): answered in place, one
                 # round trip to the worker instead of a future and then its value.
                 self.tools.answer = self._answer_now(name, payload)
-                try:
-                    return await snapshot.resume_auto()
-                finally:
-                    if self.tools.answer is not None:  # the sandbox never asked for it
-                        self.tools.answer.close()
-                        self.tools.answer = None
+                return self._in_place(snapshot.resume_auto())
             # The answer goes to the worker first; the call is submitted while it travels.
             resumed = snapshot.resume({"future": ...})
             self.pending[snapshot.call_id] = self._submit(name, payload)
             self.called[snapshot.call_id] = name
-            return await resumed
+            return resumed
         if isinstance(snapshot, pm.AsyncFutureSnapshot):
             wanted = snapshot.pending_call_ids
             while True:
                 ready = {i: self._settled(i) for i in wanted
                          if self.pending.get(i) in self.results}
                 if ready:
-                    return await snapshot.resume(ready)
+                    return snapshot.resume(ready)
                 self.committed.clear()
                 await self.committed.wait()
-        return await snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
+        return snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
+
+    async def _in_place(self, resumed: Awaitable[Any]) -> Any:
+        """``resume_auto()`` of a call answered in place, and the answer closed if the
+        sandbox never asked for it."""
+        try:
+            return await resumed
+        finally:
+            answer, self.tools.answer = self.tools.answer, None
+            if answer is not None:
+                answer.close()
 
     async def _answer_now(self, name: str, payload: Any) -> Any:
         """A call the program awaits at once: its value, or its ``ToolCallError``."""
