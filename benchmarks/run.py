@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import platform
 import sys
 from pathlib import Path
@@ -75,9 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and name not in args.only:
             continue
         figures = asyncio.run(suite.main(args.quick))
-        # pydantic-monty 1.4.0 objects left in cycles abort the interpreter's teardown
-        # now and then (SIGABRT after the output); collecting them here avoids it.
-        gc.collect()
         print(title)
         render = getattr(suite, "rows", None)  # a suite may print its own table
         lines = render(figures) if render else [figure.row() for figure in figures]

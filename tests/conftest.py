@@ -9,8 +9,6 @@ test file may define its own fixture of the same name, which then wins.
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 
 import toolrail as tr
@@ -31,12 +29,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "soak: memory soak tests; small by default, full with --soak-full"
     )
 
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    # pydantic-monty 1.4.0 can abort the interpreter's teardown (SIGABRT) when sandbox
-    # objects of code-mode tests are still waiting to be collected; collect them first
-    # (docs/code-mode.md, "Known issues").
-    gc.collect()
 
 
 @pytest.fixture

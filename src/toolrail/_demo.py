@@ -13,7 +13,6 @@ meets the same guard, and whose nested calls fill the timeline.
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib.util
 import json
 import sys
@@ -140,10 +139,7 @@ def run_demo(*, auto_approve: bool, code: bool = False) -> int:
               file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="toolrail-demo-") as workspace:
-        status = asyncio.run(_Demo(Path(workspace), auto_approve, code).run())
-    # pydantic-monty 1.4.0 objects left in cycles can abort the interpreter's teardown
-    gc.collect()
-    return status
+        return asyncio.run(_Demo(Path(workspace), auto_approve, code).run())
 
 
 class _Demo:
