@@ -95,3 +95,17 @@ def test_the_type_check_memory_keeps_the_newest_pairs_only() -> None:
     checked.add("sdk", "one more")
     assert checked.knows("sdk", "program 5")
     assert not checked.knows("sdk", "program 6")
+
+
+async def test_a_program_checked_before_does_not_wait_for_a_spare_still_warming(
+        registry: tr.ToolRegistry) -> None:
+    code = "await tools.echo({'text': 'again'})"
+    assert result_of(await run(registry, code)) == "again"
+    pool = registry._pool
+    assert pool is not None
+    [warming] = pool._spares.values()
+    if warming.done():
+        pytest.skip("the spare warmed before the program could start")
+    assert result_of(await run(registry, code)) == "again"  # a session of its own
+    assert list(pool._spares.values()) == [warming]  # the spare waits for the next one
+    assert result_of(await run(registry, "await tools.echo({'text': 'new'})")) == "new"

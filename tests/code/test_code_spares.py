@@ -176,14 +176,16 @@ async def test_a_program_cancelled_while_its_spare_warms_leaves_the_spare_for_th
         if warming.done():
             pytest.skip("the spare warmed before the program could wait for it")
         controller = tr.CancelController()
-        call = tr.ToolCall(call_id="r", name="run_code", arguments={"code": "1 + 1"},
+        # A program not checked before: one that was needs no warm checker, and would
+        # not wait for the spare (pool.session's ``checked``).
+        call = tr.ToolCall(call_id="r", name="run_code", arguments={"code": "3 + 3"},
                            signal=controller.signal)
         taking = asyncio.Event()
         take = pool._take
 
-        async def taken(key: Any) -> Any:
+        async def taken(key: Any, wait: bool = True) -> Any:
             taking.set()  # the spare's task leaves the pool before take's first await
-            return await take(key)
+            return await take(key, wait)
 
         pool._take = taken  # type: ignore[method-assign]
         waiting = asyncio.create_task(registry.execute(call))

@@ -160,9 +160,14 @@ class SandboxPool:
             raise ToolAbortedError(_CLOSED)
 
     @contextlib.asynccontextmanager
-    async def session(self, sdk: str, settings: CodeSettings) -> AsyncIterator[Any]:
+    async def session(self, sdk: str, settings: CodeSettings,
+                      checked: bool = False) -> AsyncIterator[Any]:
         """A fresh session for one program, its prelude fed: a warm spare when one is
-        ready (or warming) for this SDK and these settings, else a new checkout."""
+        ready (or warming) for this SDK and these settings, else a new checkout.
+
+        ``checked``: the program passed its type check before (``TypeChecked``), so it
+        needs no warm checker: it does not wait for a spare still warming, and a new
+        session feeds the warm-up unchecked (the same feeds, without their cost)."""
         options: dict[str, Any] = {
             "limits": {"max_feed_duration_secs": settings.max_duration,
                        "max_memory": settings.max_memory,
@@ -173,9 +178,9 @@ class SandboxPool:
             raise ToolAbortedError(_CLOSED)
         key = (sdk, settings)
         self._settle_loop()
-        spare = await self._take(key)
+        spare = await self._take(key, wait=not checked)
         try:
-            session = spare if spare is not None else await self._open(options)
+            session = spare if spare is not None else await self._open(options, checked)
             try:
                 yield session
             finally:
@@ -185,11 +190,13 @@ class SandboxPool:
             # the model reads its result) so that it never competes with it for the CPU.
             self._warm_spare(key, options)
 
-    async def _take(self, key: Any) -> Any:
-        """The spare for ``key`` once warm, if there is one and its worker lives."""
-        task = self._spares.pop(key, None)
-        if task is None:
+    async def _take(self, key: Any, wait: bool = True) -> Any:
+        """The spare for ``key`` once warm, if there is one and its worker lives (and,
+        unless ``wait``, only if it is warm already: one still warming stays a spare)."""
+        task = self._spares.get(key)
+        if task is None or (not wait and not task.done()):
             return None
+        del self._spares[key]
         try:
             spare = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -252,7 +259,7 @@ class SandboxPool:
         except Exception:
             return None
 
-    async def _open(self, options: dict[str, Any]) -> Any:
+    async def _open(self, options: dict[str, Any], checked: bool = False) -> Any:
         """A session ready for a program, spare or not: checked out, the prelude fed and,
         when programs are type-checked, the warm-up. The same feeds either way, so a
         program is the same feed of its session (``<python-input-N>`` in its traceback)
@@ -282,8 +289,8 @@ class SandboxPool:
         self._seen(session.worker_pid)
         try:
             await settle(session.feed_run(_PRELUDE, skip_type_check=True))
-            if options["type_check"]:
-                await settle(session.feed_run(_WARM_UP))
+            if options["type_check"]:  # (unchecked for a program that needs no checker)
+                await settle(session.feed_run(_WARM_UP, skip_type_check=checked))
         except BaseException:
             await self._exit(session)
             raise

@@ -217,15 +217,15 @@ class _Program:
         tools = pm.ClassInstance(self.tools, allowed_methods={*self.methods, "call"})
         deadline: asyncio.Timeout | None = None
         try:
-            async with pool.session(sdk, settings) as session:
+            # A program checked against this very SDK before passes again: the check is
+            # a pure function of the two (``TypeChecked``).
+            known = settings.type_check and pool.checked.knows(sdk, code)
+            async with pool.session(sdk, settings, known) as session:
                 self.pid = session.worker_pid
                 # The sandbox's own limit counts its execution only: this one bounds the
                 # program's whole time, its waits on nested calls included.
                 async with asyncio.timeout(settings.max_duration) as deadline:
                     try:
-                        # A program checked against this very SDK before passes again:
-                        # the check is a pure function of the two (``TypeChecked``).
-                        known = settings.type_check and pool.checked.knows(sdk, code)
                         snapshot = await self._step(session.feed_start(
                             code, inputs={"tools": tools}, print_callback=logs,
                             skip_type_check=known))
