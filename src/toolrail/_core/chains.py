@@ -27,7 +27,7 @@ PRE: Final = 0
 AROUND: Final = 1
 POST: Final = 2
 RESULT: Final = 3
-PROGRESS: Final = 4  # on_progress listeners (``_progress``)
+PROGRESS: Final = 4  # on_progress listeners (``_dispatch.progress``)
 
 
 class _Link:
@@ -139,7 +139,7 @@ def notify(logger: logging.Logger, listeners: tuple[Callable[..., Any], ...],
     """Call each synchronous listener with ``(execution, payload)``; one that raises, or
     returns an awaitable (closed here), is logged at WARNING as ``tool "<name>"
     (<call_id>): <role> failed: <message>`` and the others still run. Shared by result
-    observers and progress listeners (``_progress``)."""
+    observers and progress listeners (``_dispatch.progress``)."""
     for listener in listeners:
         try:
             out = listener(execution, payload)

@@ -1,6 +1,6 @@
 """``Core``: everything a call reads of its registry, in one internal object.
 
-The pipeline (``_pipeline``, ``_body``, ``_commit``), the scheduler and a body's
+The pipeline (``_dispatch``: ``pipeline``, ``body``, ``commit``), the scheduler and a body's
 ``RunContext`` take a ``Core``, never the ``ToolRegistry``: the layers and their
 resolver, the chains, the guards, the approver and the logger. ``ToolRegistry`` owns
 one and is the only code that changes it (registration, ``restrict``, ``present_as``,

@@ -69,7 +69,7 @@ async def core_body(state: CallState, entry: Entry | None) -> ToolResult:
     afterwards for a body that did not wait (the run context's own signal follows the
     caller's meanwhile). Any other body is watched from the start (``_watched_body``).
 
-    Every step of the body runs with a ``BodyTask`` as the current task (``_bodytask``),
+    Every step of the body runs with a ``BodyTask`` as the current task (``bodytask``),
     so that its own cancellations are told from the call's.
     """
     execution = state.execution

@@ -1,6 +1,6 @@
 """``BodyTask``: what ``asyncio.current_task()`` is while a step of a tool body runs.
 
-A body is awaited in the task that runs the call (see ``_watch``), so without help the
+A body is awaited in the task that runs the call (see ``watch``), so without help the
 cancellations its own code starts and ends would be requests to cancel that task: an
 ``asyncio.timeout`` that expires, a ``TaskGroup`` whose child fails, an anyio cancel
 scope (httpx races connection attempts inside one). While such a ``CancelledError``

@@ -1,4 +1,4 @@
-"""The error results the registry builds, each from the code ``_errors`` names.
+"""The error results the registry builds, each from the code ``_model.errors`` names.
 
 Every one has exactly one text block ``Error: <message>`` and an ``ErrorInfo`` with
 the message, the code and the exception class name (pipeline.md, "Error results").

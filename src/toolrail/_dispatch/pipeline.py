@@ -3,8 +3,8 @@
 *Prepare* is stages 1-7: ``begin`` (lookup, snapshot, signal), then ``decide``
 (pre-execute, approval, guards, the signal again), or ``decide_now`` when there is
 nothing to await. *Dispatch* is stages 8-9: ``lookup``, then ``run_dispatch``
-(around-execute middleware around the body, whose core is ``_body.core_body``).
-*Commit*, stages 10-13, is ``_commit``. ``ToolRegistry._execute`` runs the three in a
+(around-execute middleware around the body, whose core is ``body.core_body``).
+*Commit*, stages 10-13, is ``commit``. ``ToolRegistry.execute`` runs the three in a
 row; the scheduler runs the same functions and overlaps only dispatch.
 
 Failures become results here and nowhere else. Two kinds travel differently:
@@ -12,7 +12,7 @@ Failures become results here and nowhere else. Two kinds travel differently:
 and post-execute middleware; *final errors* (a middleware, guard or approver that
 raises or misbehaves) skip to materialization.
 
-Each middleware chain is walked by index (``_chains.walk``), so ``call_next()`` may
+Each middleware chain is walked by index (``_core.chains.walk``), so ``call_next()`` may
 run the rest of the chain more than once. Stages with no middleware take no ``await``.
 """
 

@@ -22,7 +22,7 @@ Two codes belong to the registry's own decisions, not to an exception a tool rai
 ``DENIED`` (a pre-execute ``Deny``, an approval not granted, a guard) and ``BLOCKED``
 (a post-execute ``Block``); ``toolrail.mcp`` adds ``MCP_DISCONNECTED`` and
 ``MCP_MESSAGE_TOO_LARGE`` for attached tools. This module names every code; the result builders in
-``_failures`` take them from here, and a failure the registry itself detects (an
+``_dispatch.failures`` take them from here, and a failure the registry itself detects (an
 invalid middleware return, a result that is not lossless) carries no code at all.
 """
 

@@ -2,13 +2,13 @@
 
 Read top to bottom: the constructor, then ``execute``, which runs one call through the
 pipeline stage by stage (pipeline.md), then ``run`` and ``stream`` (the scheduler,
-``_scheduler``), then registration, the views, and code mode's transport.
+``_scheduling``), then registration, the views, and code mode's transport factory.
 
-Everything a call reads of the registry lives in one internal ``Core`` (``_core``): the
-layers and their resolver, the chains, the guards, the approver and the logger. The
-stages themselves are in ``_pipeline`` (1-7), ``_body`` (the tool body) and ``_commit``
-(10-13). ``Scope`` (``_scope``) is a handle on one scope's layer. ``schemas`` is cached
-per scope and invalidated by a version counter.
+Everything a call reads of the registry lives in one internal ``Core`` (``_core.core``):
+the layers and their resolver, the chains, the guards, the approver, the logger and code
+mode's transports. The stages themselves are in ``_dispatch``: ``pipeline`` (1-7),
+``body`` (the tool body) and ``commit`` (10-13). ``Scope`` (``scope``) is a handle on
+one scope's layer. ``schemas`` is cached per scope and invalidated by a version counter.
 """
 
 from __future__ import annotations
@@ -117,9 +117,10 @@ class ToolRegistry:
         propagate, after any body it started has finished.
 
         The stages of pipeline.md, in order; the scheduler runs the same stage functions
-        (``_pipeline``, ``_commit``) and overlaps only dispatch. Each stage reads its chain
-        as it stands when it starts, and one with nothing to await (no middleware, no
-        approval) is done without an ``await``, or a call frame: this is the hot path.
+        (``_dispatch.pipeline``, ``_dispatch.commit``) and overlaps only dispatch. Each
+        stage reads its chain as it stands when it starts, and one with nothing to await
+        (no middleware, no approval) is done without an ``await``, or a call frame: this
+        is the hot path.
         """
         if not isinstance(call, ToolCall):
             raise TypeError(f"execute() takes a ToolCall, got {type(call).__name__}")

@@ -1,6 +1,6 @@
 """``tr.tool``: a ``Tool`` from a typed Python function.
 
-Decoration does all the reflection once (``Signature``, in ``_signature``); the tool's
+Decoration does all the reflection once (``Signature``, in ``signature``); the tool's
 ``execute`` is a ``TypedBody`` that validates the arguments, calls the function and
 converts its value. An async body comes in two halves (``start``, ``finish``) so the
 pipeline awaits the function's own coroutine. ``concurrency_safe``, ``present_call``
