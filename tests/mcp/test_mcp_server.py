@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -56,7 +57,11 @@ class ListChanges:
 
 @asynccontextmanager
 async def stdio_session(changes: ListChanges | None = None) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=sys.executable, args=STDIO_ARGS)
+    # The SDK passes the child a minimal environment; PYTHONPATH (a worktree's src, say)
+    # goes too, so the server runs the toolrail under test.
+    path = os.environ.get("PYTHONPATH")
+    env = None if path is None else {"PYTHONPATH": path}
+    params = StdioServerParameters(command=sys.executable, args=STDIO_ARGS, env=env)
     async with (
         stdio_client(params) as (read, write),
         ClientSession(read, write, message_handler=changes) as session,
@@ -307,6 +312,39 @@ async def test_over_stdio_a_tools_only_server_answers_resources_prompts_and_log_
     assert templates.resource_templates == []
     assert prompts.prompts == []
     assert level is not None
+
+
+async def test_over_stdio_reading_a_resource_or_getting_a_prompt_is_invalid_params() -> None:
+    async with stdio_session() as session:
+        capabilities = session.server_capabilities  # advertised: the lists answer, empty
+        with pytest.raises(MCPError) as resource:
+            await asyncio.wait_for(session.read_resource("file:///etc/hosts"), WAIT)
+        with pytest.raises(MCPError) as prompt:
+            await asyncio.wait_for(session.get_prompt("review", {"code": "x"}), WAIT)
+        after = await asyncio.wait_for(session.list_tools(), WAIT)  # the session lives on
+
+    assert capabilities is not None
+    assert capabilities.resources is not None
+    assert capabilities.prompts is not None
+    uri = "file:///etc/hosts"
+    assert resource.value.error == types.ErrorData(
+        code=-32602, message=f"Unknown resource: {uri}", data={"uri": uri}
+    )
+    assert prompt.value.error == types.ErrorData(code=-32602, message="Unknown prompt: review")
+    assert "add" in tools_by_name(after)
+
+
+async def test_a_2026_client_gets_the_same_invalid_params_for_resources_and_prompts() -> None:
+    async with memory_session(toolrail.mcp.server(tr.ToolRegistry()), mode="2026-07-28") as client:
+        with pytest.raises(MCPError) as resource:
+            await asyncio.wait_for(client.session.read_resource("memo://today"), WAIT)
+        with pytest.raises(MCPError) as prompt:
+            await asyncio.wait_for(client.session.get_prompt("review"), WAIT)
+
+    assert resource.value.error == types.ErrorData(
+        code=-32602, message="Unknown resource: memo://today", data={"uri": "memo://today"}
+    )
+    assert prompt.value.error == types.ErrorData(code=-32602, message="Unknown prompt: review")
 
 
 UNENCODABLE = (

@@ -10,6 +10,9 @@
   handler's own task where the SDK's JSON-RPC dispatcher serves it (stdio, in-memory,
   handshake-era HTTP; see ``_hold``), in a task of its own elsewhere; either way a tool
   body runs in one task from its first step to its last.
+* ``resources/list``, ``resources/templates/list`` and ``prompts/list`` are empty, so
+  ``resources/read`` and ``prompts/get`` answer -32602 (unknown resource, unknown
+  prompt), as the SDK's MCPServer and the spec do.
 * A registry change that alters what the scope sees is announced once per burst:
   ``notifications/tools/list_changed`` to every handshake-era connection, and a
   ``ToolsListChanged`` event to every 2026-era ``subscriptions/listen`` stream.
@@ -38,6 +41,7 @@ from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher, progress_token_from_params
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -117,9 +121,12 @@ def server(
     app.add_request_handler("tools/call", types.CallToolRequestParams, view.call_tool)
     app.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
     # A tools-only server still answers what clients ask of any server, as the SDK's
-    # MCPServer does: nothing to list, and any log level accepted (it logs nothing).
+    # MCPServer does: nothing to list, nothing to read or get (invalid params, see
+    # _unknown_resource), and any log level accepted (it logs nothing).
     for method, key in _EMPTY_LISTS.items():
         app.add_request_handler(method, types.PaginatedRequestParams, _empty(key))
+    app.add_request_handler("resources/read", types.ReadResourceRequestParams, _unknown_resource)
+    app.add_request_handler("prompts/get", types.GetPromptRequestParams, _unknown_prompt)
     app.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _accept_level)
     return app
 
@@ -136,6 +143,23 @@ def _empty(key: str) -> Any:
         return {key: [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
     return handler
+
+
+async def _unknown_resource(
+    ctx: ServerRequestContext[_Run], params: types.ReadResourceRequestParams
+) -> dict[str, Any]:
+    """No resource exists: -32602 with the URI in ``data``, as the SDK's MCPServer answers
+    and the MCP spec requires since SEP-2164 (2026-07-28; before it, -32002 was a SHOULD)."""
+    uri = str(params.uri)
+    raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}", data={"uri": uri})
+
+
+async def _unknown_prompt(
+    ctx: ServerRequestContext[_Run], params: types.GetPromptRequestParams
+) -> dict[str, Any]:
+    """No prompt exists: -32602, the MCP spec's code for an invalid prompt name, with the
+    SDK's message (its MCPServer sends that message with code 0)."""
+    raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
 
 
 async def _accept_level(
