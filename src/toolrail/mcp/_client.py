@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -63,6 +64,7 @@ from ._stdio import StdioProcess
 from ._wire import ERROR_META, local_blocks, unwrap_output_schema
 
 __all__ = [
+    "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DISCONNECTED",
     "TOO_LARGE",
@@ -88,6 +90,9 @@ TOO_LARGE = MCP_MESSAGE_TOO_LARGE
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 """The SDK's own cap on one message from a streamable-HTTP server (one SSE event)."""
 
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+"""Seconds ``connect`` gives a server from its start to its answer to ``initialize``."""
+
 _FIRST_DELAY = 0.1  # seconds before the first reconnection attempt; doubles up to _MAX_DELAY
 _MAX_DELAY = 5.0
 
@@ -102,9 +107,11 @@ class Changes:
 
 
 class ConnectionFailed(ConnectionError):
-    """``connect()`` could not open a session: the server did not start, or cannot be reached.
+    """``connect()`` could not open a session: the server did not start, cannot be reached,
+    or did not answer ``initialize`` within the handshake timeout.
 
-    ``returncode`` and ``stderr`` (its last lines) are set for a stdio server that exited.
+    ``returncode`` is set for a stdio server that exited, ``stderr`` (its last lines) for
+    one that exited or did not answer in time.
     """
 
     def __init__(
@@ -424,6 +431,7 @@ def connect(
     tool_timeout: float | None = None,
     max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
     reconnect: bool = False,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> AbstractAsyncContextManager[Attachment]:
     """Open an MCP session, attach its tools, and keep them in sync until the block ends.
 
@@ -442,11 +450,18 @@ def connect(
         max_message_bytes: The largest message a streamable-HTTP server may send in one
             event (the SDK's limit, 1 MiB by default); ``None`` for no limit.
         reconnect: Re-open a lost session, and keep trying.
+        handshake_timeout: Seconds from opening the transport (starting the stdio
+            server) to the server's answer to ``initialize``, for every session opened;
+            a positive finite number. A stdio server that misses it is stopped (SIGTERM
+            to its group at once, SIGKILL 2 s later) and reaped.
 
     Raises:
         ConnectionFailed: The first session could not be opened: a stdio server that
             exited (its command, exit code and last lines of stderr are in the message),
-            or a server that cannot be reached.
+            a server that cannot be reached, or one that did not answer ``initialize``
+            within ``handshake_timeout`` (``MCP server "<command>" did not answer
+            initialize within 10 s``, with what it wrote that was not JSON-RPC and the
+            last lines of its stderr).
     """
     _check(registry_or_scope, prefix)
     if sum(source is not None for source in (command, url, server)) != 1:
@@ -463,6 +478,16 @@ def connect(
         raise ValueError(
             f"max_message_bytes must be a positive int or None, got {max_message_bytes!r}"
         )
+    if (
+        isinstance(handshake_timeout, bool)
+        or not isinstance(handshake_timeout, int | float)
+        or not math.isfinite(handshake_timeout)
+        or handshake_timeout <= 0
+    ):
+        raise ValueError(
+            f"handshake_timeout must be a positive finite number of seconds, "
+            f"got {handshake_timeout!r}"
+        )
     source: _Source
     if command is not None:
         source = _StdioSource(
@@ -473,7 +498,9 @@ def connect(
     else:
         assert server is not None
         source = _Source(server)
-    return _connected(registry_or_scope, source, prefix, tool_timeout, reconnect)
+    return _connected(
+        registry_or_scope, source, prefix, tool_timeout, reconnect, float(handshake_timeout)
+    )
 
 
 class _Source:
@@ -485,7 +512,12 @@ class _Source:
     def transport(self, on_end: Callable[[str], None]) -> Any:
         return self.server
 
+    def abandon(self) -> None:
+        """The handshake timed out: its transport is about to be torn down."""
+
     def failed(self, exc: Exception) -> ConnectionFailed:
+        if isinstance(_innermost(exc), _HandshakeTimeout):
+            return ConnectionFailed(f"the MCP server {_reason(exc)}")
         return ConnectionFailed(f"cannot connect to the MCP server: {_reason(exc)}")
 
 
@@ -508,6 +540,8 @@ class _HttpSource(_Source):
         )
 
     def failed(self, exc: Exception) -> ConnectionFailed:
+        if isinstance(_innermost(exc), _HandshakeTimeout):
+            return ConnectionFailed(f"MCP server at {self.server} {_reason(exc)}")
         return ConnectionFailed(
             f"cannot connect to the MCP server at {self.server}: {_reason(exc)}"
         )
@@ -521,32 +555,53 @@ class _StdioSource(_Source):
     def transport(self, on_end: Callable[[str], None]) -> Any:
         return self.process.open(on_end)
 
+    def abandon(self) -> None:
+        self.process.abandoned = True
+
     def failed(self, exc: Exception) -> ConnectionFailed:
         process = self.process
         command = process.describe()
         reason = _reason(exc)
-        if isinstance(_innermost(exc), OSError):
+        timed_out = isinstance(_innermost(exc), _HandshakeTimeout)
+        if isinstance(_innermost(exc), OSError) and not timed_out:
             return ConnectionFailed(f'cannot start MCP server "{command}": {reason}')
-        if process.returncode is None:
+        returncode = None if timed_out else process.returncode  # not its own exit: ours
+        if timed_out:
+            message = f'MCP server "{command}" {reason}'
+            if process.garbage:
+                count = process.garbage
+                lines = "1 line that is" if count == 1 else f"{count} lines that are"
+                message += (
+                    f"; it wrote {lines} not JSON-RPC to stdout, "
+                    f"the first: {process.first_garbage!r}"
+                )
+        elif process.returncode is None:
             message = f'MCP server "{command}" did not start a session: {reason}'
         else:
             message = (
                 f'MCP server "{command}" exited with code {process.returncode} '
                 "before the session started"
             )
-        lines = list(process.stderr)
+        tail = list(process.stderr)
         message += (
-            "; the last lines of its stderr:\n" + "\n".join(f"  {line}" for line in lines)
-            if lines
+            "; the last lines of its stderr:\n" + "\n".join(f"  {line}" for line in tail)
+            if tail
             else "; it wrote nothing to stderr"
         )
-        return ConnectionFailed(message, returncode=process.returncode, stderr=lines)
+        return ConnectionFailed(message, returncode=returncode, stderr=tail)
 
 
 @asynccontextmanager
 async def _both(http: Any, transport: Any) -> AsyncIterator[Any]:
     async with http, transport as streams:
         yield streams
+
+
+class _HandshakeTimeout(TimeoutError):
+    """A server did not answer ``initialize`` in time (the message: what it did not do)."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"did not answer initialize within {timeout:g} s")
 
 
 class _Attempt:
@@ -570,9 +625,11 @@ class _Link:
         prefix: str,
         tool_timeout: float | None,
         reconnect: bool,
+        handshake_timeout: float,
     ) -> None:
         self.source = source
         self.reconnect = reconnect
+        self.handshake_timeout = handshake_timeout
         self.handle: Attachment | None = None
         self.target, self.prefix, self.tool_timeout = target, prefix, tool_timeout
         self.ready = asyncio.Event()
@@ -631,13 +688,37 @@ class _Link:
             message_handler=self.on_message,
             cache=None,
         )
-        async with client:
-            attempt.generation = self._use(client.session)
-            if attempt.ended:
-                raise ConnectionError(attempt.ended[0])
-            await self._refresh()
-            self.ready.set()
-            await self.lost.wait()
+        # The handshake (the transport opened, initialize answered) runs in a scope the
+        # timer cancels; once it is done the timer is gone. Not a deadline on the scope:
+        # the source must hear first, so a stdio server is stopped without a grace.
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self.source.abandon()
+            handshake.cancel()
+
+        try:
+            with anyio.CancelScope() as handshake:
+                timer = asyncio.get_running_loop().call_later(self.handshake_timeout, expire)
+                try:
+                    async with client:
+                        timer.cancel()
+                        attempt.generation = self._use(client.session)
+                        if attempt.ended:
+                            raise ConnectionError(attempt.ended[0])
+                        await self._refresh()
+                        self.ready.set()
+                        await self.lost.wait()
+                finally:
+                    timer.cancel()
+        except Exception as exc:  # what tearing the transport down raised, say
+            if expired:
+                raise _HandshakeTimeout(self.handshake_timeout) from exc
+            raise
+        if expired:
+            raise _HandshakeTimeout(self.handshake_timeout)
 
     def _use(self, session: ClientSession) -> int:
         if self.handle is None:
@@ -665,8 +746,9 @@ async def _connected(
     prefix: str,
     tool_timeout: float | None,
     reconnect: bool,
+    handshake_timeout: float,
 ) -> AsyncIterator[Attachment]:
-    link = _Link(target, source, prefix, tool_timeout, reconnect)
+    link = _Link(target, source, prefix, tool_timeout, reconnect, handshake_timeout)
     # The sessions live in a task of their own, owned here and always awaited before
     # this returns; not a TaskGroup, which would wrap the block's own exceptions.
     runner = asyncio.get_running_loop().create_task(link.run())

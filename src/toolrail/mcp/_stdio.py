@@ -6,7 +6,9 @@ not start, and the moment its output ends, to know the connection is lost withou
 waiting for a call to find out. Otherwise it does what ``stdio_client`` does: one
 JSON-RPC message per line each way, standard error passed through to ours, the server
 in a process group of its own, and on exit its standard input closed, then SIGTERM to
-the group, then SIGKILL.
+the group, then SIGKILL (SIGTERM at once for a server ``connect`` gave up on, see
+``abandoned``). It also counts the lines of output that are not JSON-RPC, for the
+message of a server that never answered.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class StdioProcess:
         self.cwd = cwd
         self.returncode: int | None = None
         self.stderr: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.garbage = 0  # lines on stdout that are not JSON-RPC
+        self.first_garbage: str | None = None
+        self.abandoned = False  # it did not answer in time: stop it without a grace
 
     def describe(self) -> str:
         """The command line, quoted as a shell would read it."""
@@ -68,6 +73,7 @@ class StdioProcess:
         """
         self.returncode = None
         self.stderr.clear()
+        self.garbage, self.first_garbage, self.abandoned = 0, None, False
         process = await anyio.open_process(
             [self.command, *self.args],
             env=get_default_environment() | dict(self.env or {}),
@@ -87,7 +93,12 @@ class StdioProcess:
                         *lines, buffer = (buffer + chunk).split("\n")
                         for line in lines:
                             if line.strip():
-                                await reader.send(_parse(line))
+                                message = _parse(line)
+                                if isinstance(message, Exception):
+                                    self.garbage += 1
+                                    if self.first_garbage is None:
+                                        self.first_garbage = line[:_TAIL_LINE_CHARS]
+                                await reader.send(message)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass
             with anyio.CancelScope(shield=True), anyio.move_on_after(_GRACE):
@@ -130,7 +141,7 @@ class StdioProcess:
                 with anyio.CancelScope(shield=True):
                     await write_stream.aclose()
                     await read_stream.aclose()
-                    await _stop(process, stderr_read)
+                    await _stop(process, stderr_read, patient=not self.abandoned)
                     self.returncode = process.returncode
                 tasks.cancel_scope.cancel()
 
@@ -149,14 +160,15 @@ def _parse(line: str) -> SessionMessage | Exception:
         return exc
 
 
-async def _stop(process: anyio.abc.Process, stderr_read: anyio.Event) -> None:
-    """Close its input, then SIGTERM its group, then SIGKILL it, each after a grace; let
-    the last of its stderr be read, then close its pipes."""
+async def _stop(process: anyio.abc.Process, stderr_read: anyio.Event, *, patient: bool) -> None:
+    """Close its input, then SIGTERM its group, then SIGKILL it, each after a grace (the
+    first one only if ``patient``); let the last of its stderr be read, then close its
+    pipes."""
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
-    for send in (_terminate, _kill):
-        with anyio.move_on_after(_GRACE):
+    for grace, send in ((_GRACE if patient else 0, _terminate), (_GRACE, _kill)):
+        with anyio.move_on_after(grace):
             await process.wait()
         if process.returncode is not None:
             break
