@@ -283,6 +283,23 @@ def test_serve_rejects_an_http_address_that_is_not_host_port(target: str) -> Non
     assert done.stderr == ("toolrail: --http '8000' is not HOST:PORT, e.g. 127.0.0.1:8000\n")
 
 
+@pytest.mark.parametrize("given", ["0", "-5", "4MiB", "1.5"])
+def test_serve_max_request_bytes_must_be_a_positive_int(target: str, given: str) -> None:
+    done = _toolrail("serve", target, "--http", "127.0.0.1:1", "--max-request-bytes", given)
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        f"toolrail serve: error: argument --max-request-bytes: {given!r} is not a positive "
+        "integer number of bytes\n"
+    )
+
+
+def test_serve_max_request_bytes_goes_with_http(target: str) -> None:
+    done = _toolrail("serve", target, "--max-request-bytes", "1000")
+    assert done.returncode == 2
+    assert done.stderr == ("toolrail: --max-request-bytes goes with --http "
+                           "(stdio has no request limit)\n")
+
+
 async def test_serve_speaks_mcp_over_stdio_to_the_sdks_client(target: str) -> None:
     import asyncio
 

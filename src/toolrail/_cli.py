@@ -83,7 +83,22 @@ def _parser() -> argparse.ArgumentParser:
                        help="serve the tools this scope sees" + SCOPE_NOTE)
     serve.add_argument("--http", metavar="HOST:PORT",
                        help="serve streamable HTTP on HOST:PORT instead of stdio")
+    serve.add_argument("--max-request-bytes", metavar="N", type=_positive_int, default=None,
+                       help="with --http: the largest request body accepted, in bytes "
+                            "(default 4194304, the SDK's 4 MiB); a larger one is refused "
+                            "with HTTP 413 and a JSON-RPC error naming the limit")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    """``--max-request-bytes``'s value: a positive integer (argparse makes it exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer number of bytes")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(registry, scope, args.format)
         if args.command == "call":
             return _call(registry, args.name, args.arguments, scope, args.json)
-        return _serve(registry, scope, args.http)
+        return _serve(registry, scope, args.http, args.max_request_bytes)
     except UsageError as exc:
         print(f"toolrail: {exc}", file=sys.stderr)
         return 2
@@ -235,7 +250,12 @@ def _call(registry: ToolRegistry, name: str, raw: str | None, scope: Hashable | 
     return 1 if result.is_error else 0
 
 
-def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None) -> int:
+def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None,
+           max_request_bytes: int | None) -> int:
+    """Serve until the client closes stdin, or until SIGINT/SIGTERM: exit code 0 either way
+    (the calls still running end ``ABORTED``), without a traceback."""
+    if http is None and max_request_bytes is not None:
+        raise UsageError("--max-request-bytes goes with --http (stdio has no request limit)")
     toolrail_mcp = _mcp_extra("serve", "toolrail.mcp")
     if http is None:
         asyncio.run(toolrail_mcp.serve_stdio(registry, scope=scope))
@@ -243,7 +263,9 @@ def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None) -> 
     host, sep, port = http.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"--http {http!r} is not HOST:PORT, e.g. 127.0.0.1:8000")
-    asyncio.run(toolrail_mcp.serve_http(registry, host=host, port=int(port), scope=scope))
+    limit = {} if max_request_bytes is None else {"max_request_bytes": max_request_bytes}
+    asyncio.run(toolrail_mcp.serve_http(registry, host=host, port=int(port), scope=scope,
+                                        **limit))
     return 0
 
 

@@ -59,6 +59,7 @@ from .. import (
 )
 from .._model.errors import MCP_DISCONNECTED, MCP_MESSAGE_TOO_LARGE
 from ._args import ArgumentCheck
+from ._limits import SizeRefusals, refused_for_size
 from ._names import PREFIX, assign_names
 from ._stdio import StdioProcess
 from ._wire import ERROR_META, local_blocks, unwrap_output_schema
@@ -85,7 +86,8 @@ DISCONNECTED = MCP_DISCONNECTED
 """The code of a call that found its MCP server's connection closed (or lost before)."""
 
 TOO_LARGE = MCP_MESSAGE_TOO_LARGE
-"""The code of a call whose answer exceeded ``connect``'s ``max_message_bytes``."""
+"""The code of a call whose answer exceeded ``connect``'s ``max_message_bytes``, or whose
+request a streamable-HTTP server refused as larger than its limit (HTTP 413)."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 """The SDK's own cap on one message from a streamable-HTTP server (one SSE event)."""
@@ -332,6 +334,9 @@ class _RemoteCall:
                                                   progress_callback=_forwarding(context))
         except MCPError as exc:
             message = exc.error.message
+            refused = refused_for_size(exc)
+            if refused is not None:  # over HTTP: see _limits
+                raise ToolError(refused, code=TOO_LARGE) from exc
             if exc.code != _CONNECTION_CLOSED:
                 raise
             if message.startswith("SSE stream failed"):  # one answer failed, not the connection
@@ -533,6 +538,7 @@ class _HttpSource(_Source):
         http = httpx2.AsyncClient(
             headers=None if self.headers is None else dict(self.headers),
             timeout=httpx2.Timeout(30, read=300),  # the SDK's own defaults
+            transport=SizeRefusals(httpx2.AsyncHTTPTransport()),
         )
         return _both(
             http,
