@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -24,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 import toolrail as tr
 import toolrail.mcp
 from mcp_fixtures.processes import SERVER, STDIO_ARGS, free_port, http_process
+from mcp_fixtures.processes import wait_until_listening as listening
 
 WAIT = 10
 TEN_MB = 10 * 1024 * 1024
@@ -257,15 +256,7 @@ def start_serving(port: int) -> subprocess.Popen[str]:
 
 
 def wait_until_listening(process: subprocess.Popen[str], port: int) -> None:
-    give_up = time.monotonic() + WAIT
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > give_up or process.poll() is not None:
-                raise
-            time.sleep(0.05)  # polling the subprocess's readiness, bounded above
+    listening(process, port, WAIT)
 
 
 async def test_ctrl_c_while_a_call_runs_over_http_aborts_it_and_exits_0() -> None:

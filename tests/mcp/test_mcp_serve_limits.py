@@ -25,7 +25,7 @@ import pytest
 
 import toolrail as tr
 import toolrail.mcp
-from mcp_fixtures.processes import SERVER, free_port, http_process
+from mcp_fixtures.processes import SERVER, free_port, http_process, wait_until_listening
 
 WAIT = 20
 FIVE_MB = 5 * 1024 * 1024
@@ -305,22 +305,11 @@ def test_sigint_of_an_http_server_exits_0_and_leaves_no_process(target: str) -> 
 
 @contextmanager
 def http_served(args: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
-    import socket
-    import time
-
     process = subprocess.Popen(
         [sys.executable, *args], stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
-        give_up = time.monotonic() + WAIT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > give_up or process.poll() is not None:
-                    raise
-                time.sleep(0.05)  # polling the subprocess's readiness, bounded above
+        wait_until_listening(process, port, WAIT)
         yield process
     finally:
         if process.poll() is None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 SERVER = Path(__file__).resolve().parent / "server.py"
 STDIO_ARGS = [str(SERVER), "stdio"]
@@ -19,6 +20,20 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def wait_until_listening(process: subprocess.Popen[Any], port: int, deadline: float) -> None:
+    """Return once ``process`` accepts connections on ``port``; raise if it exits first
+    or ``deadline`` seconds pass."""
+    give_up = time.monotonic() + deadline
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > give_up or process.poll() is not None:
+                raise
+            time.sleep(0.05)  # polling the subprocess's readiness, bounded above
 
 
 @contextmanager
@@ -35,15 +50,7 @@ def http_process(args: list[str], port: int, deadline: float = 10) -> Iterator[s
     it accepts connections, and stop it afterwards (killing it if it will not stop)."""
     process = subprocess.Popen([sys.executable, *args])
     try:
-        give_up = time.monotonic() + deadline
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > give_up or process.poll() is not None:
-                    raise
-                time.sleep(0.05)  # polling the subprocess's readiness, bounded above
+        wait_until_listening(process, port, deadline)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
