@@ -72,12 +72,15 @@ def schema(name: str, parameters: dict[str, Any], description: str = "") -> tr.T
 
 
 def test_the_sdk_opens_with_the_typing_import_and_tool_call_error() -> None:
-    # The sandbox cannot define exception classes, so ToolCallError is declared as what
-    # the program gets (RuntimeError), and tool_call_error() reads its three fields.
     sdk = render_sdk([])
     assert sdk.startswith("from typing import Any, Literal, NotRequired, Protocol, TypedDict\n"
-                          "\n\nToolCallError = RuntimeError\n")
+                          "\n\nclass ToolCallError(Exception):\n")
     tree = ast.parse(sdk)
+    error = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ToolCallError")
+    fields = {n.target.id: ast.unparse(n.annotation) for n in error.body  # type: ignore[union-attr]
+              if isinstance(n, ast.AnnAssign)}
+    assert fields == {"tool_name": "str", "code": "str | None", "message": "str"}
+    # The sandbox's exceptions carry only a message: tool_call_error() reads the fields.
     info = next(n for n in tree.body if isinstance(n, ast.ClassDef)
                 and n.name == "ToolCallErrorInfo")
     fields = {n.target.id: ast.unparse(n.annotation) for n in info.body  # type: ignore[union-attr]

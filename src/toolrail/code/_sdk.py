@@ -30,11 +30,12 @@ _HEADER = (
     "from typing import Any, Literal, NotRequired, Protocol, TypedDict\n"
     "\n"
     "\n"
-    "ToolCallError = RuntimeError\n"
-    '"""What a failed tool call raises, with the message \'tool "<name>" failed (<code>):\n'
-    "<message>' ('tool \"<name>\" failed: <message>' without a code); tool_call_error()\n"
-    "reads the three. The sandbox's exceptions carry only a message, so it is\n"
-    'RuntimeError at run time."""\n'
+    "class ToolCallError(Exception):\n"
+    '    """A nested tool call failed; catch it to handle the failure in the program."""\n'
+    "\n"
+    "    tool_name: str\n"
+    "    code: str | None\n"
+    "    message: str\n"
     "\n"
     "\n"
     "class ToolCallErrorInfo:\n"
@@ -47,7 +48,8 @@ _HEADER = (
     "\n"
     "def tool_call_error(error: BaseException) -> ToolCallErrorInfo:\n"
     '    """The tool_name, code and message of the ToolCallError a failed call raised\n'
-    '    (any other exception is raised again)."""\n'
+    "    (any other exception is raised again). The sandbox's exceptions carry only a\n"
+    '    message, so read the fields through this, not as attributes of the error."""\n'
     "    ...\n"
 )
 # What the sandbox runs before each program: the run-time side of the header's
