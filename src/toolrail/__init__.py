@@ -25,11 +25,13 @@ from ._model.decisions import (
     PostDecision,
     PreDecision,
 )
+from ._model.digest import call_digest
 from ._model.disposer import Disposer
 from ._model.errors import (
     ToolAbortedError,
     ToolArgsError,
     ToolError,
+    ToolInterruptedError,
     ToolNotFoundError,
     ToolOutputError,
     ToolTimeoutError,
@@ -94,6 +96,7 @@ __all__ = [
     "ToolArgsError",
     "ToolCall",
     "ToolError",
+    "ToolInterruptedError",
     "ToolNotFoundError",
     "ToolOutput",
     "ToolOutputError",
@@ -101,6 +104,7 @@ __all__ = [
     "ToolResult",
     "ToolSchema",
     "ToolTimeoutError",
+    "call_digest",
     "snapshot_json",
     "thaw",
     "tool",

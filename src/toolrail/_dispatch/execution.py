@@ -57,8 +57,8 @@ class ExecutionToken:
 class Execution:
     """One call as every middleware, guard and observer of it sees it."""
 
-    __slots__ = ("_arguments", "_call_id", "_name", "_parent", "_scope", "_signal",
-                 "_signal_writable", "_token")
+    __slots__ = ("_arguments", "_call_id", "_durable_id", "_name", "_parent", "_scope",
+                 "_signal", "_signal_writable", "_token")
 
     def __init__(
         self,
@@ -105,6 +105,13 @@ class Execution:
     def parent(self) -> ExecutionToken | None:
         """The enclosing call's token, for nested calls."""
         return self._parent
+
+    @property
+    def durable_id(self) -> str | None:
+        """``"<step_id>/<index>"`` for a call of a durable step (durable.md), the same in
+        every process that runs it; ``None`` for a plain call. (Left unset on the hot
+        path: a plain call pays nothing for it.)"""
+        return getattr(self, "_durable_id", None)
 
     @property
     def signal(self) -> CancelSignal:

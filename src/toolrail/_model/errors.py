@@ -38,11 +38,14 @@ __all__ = [
     "CODE_FAILED",
     "CodeFailedError",
     "DENIED",
+    "INTERRUPTED",
     "MCP_DISCONNECTED",
     "MCP_MESSAGE_TOO_LARGE",
     "ToolAbortedError",
     "ToolArgsError",
+    "TOOL_CHANGED",
     "ToolError",
+    "ToolInterruptedError",
     "ToolNotFoundError",
     "ToolOutputError",
     "ToolTimeoutError",
@@ -100,6 +103,13 @@ class ToolAbortedError(ToolError):
     code = "ABORTED"
 
 
+class ToolInterruptedError(ToolError):
+    """A durable step's call was inside its body when its process died, and its tool is
+    not declared idempotent: it may have run (durable.md)."""
+
+    code = "INTERRUPTED"
+
+
 class CodeFailedError(ToolError):
     """A ``run_code`` program failed: ``code run failed (<kind>): <message>``."""
 
@@ -111,6 +121,8 @@ BLOCKED: Final = "BLOCKED"
 CODE_FAILED: Final = CodeFailedError.code
 ABORTED: Final = ToolAbortedError.code
 ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
+INTERRUPTED: Final = ToolInterruptedError.code
+TOOL_CHANGED: Final = "TOOL_CHANGED"  # durable.md: a tool changed while its call waited
 
 # The codes of calls to a tool attached from an MCP server (``toolrail.mcp``).
 MCP_DISCONNECTED: Final = "MCP_DISCONNECTED"

@@ -31,7 +31,7 @@ import enum
 from collections.abc import AsyncGenerator, Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._dispatch.commit import awaits_post, finish, post_execute
 from .._dispatch.pipeline import begin, decide, decide_now, lookup, run_dispatch
@@ -44,6 +44,14 @@ from .._model.tool import ExecutionMode, ToolCall
 
 if TYPE_CHECKING:
     from .._core.core import Core
+
+
+class Journal(Protocol):
+    """What a durable step gives its driver (``toolrail.durable``)."""
+
+    async def commit(self, index: int, state: CallState) -> None:
+        """Stages 11-13 of call ``index``: set ``state.result``, recorded before the
+        observers see it."""
 
 __all__ = ["Batch", "CallStream", "Committed", "Driver", "Feed", "run", "stream"]
 
@@ -236,6 +244,10 @@ class Driver:
         self.life = NOT_BEGUN
         self.closed = False  # a stream's ``aclose()`` was called
         self.awaited = -1  # the index of an open feed's call its submitter waits for
+        # A durable step's record (``toolrail.durable``): it commits each call (the result
+        # recorded before the observers see it); ``None`` for a plain batch.
+        self.journal: Journal | None = None
+        self.dispatcher = run_dispatch  # stages 8-9; a durable step marks the body first
 
     def submit(self, call: ToolCall, scope: Hashable | None, *, awaited: bool = False) -> int:
         """Append a call to an open driver (a program's nested call); its index.
@@ -363,7 +375,10 @@ class Driver:
                 state = slot.state
                 if awaits_post(self.core, state):
                     await self._post_execute(state)
-                state.result = finish(self.core, state)
+                if self.journal is None:
+                    state.result = finish(self.core, state)
+                else:
+                    await self.journal.commit(slot.index, state)
                 return slot
             if self.started < len(self.calls) and self._may_start():
                 pending = self._start()
@@ -409,7 +424,7 @@ class Driver:
 
     async def _dispatch_here(self, slot: _Slot) -> None:
         try:
-            await run_dispatch(self.core, slot.state)
+            await self.dispatcher(self.core, slot.state)
         finally:
             slot.settled = True
 
@@ -460,7 +475,7 @@ class Driver:
 
     async def _dispatch(self, slot: _Slot) -> None:
         try:
-            await run_dispatch(self.core, slot.state)
+            await self.dispatcher(self.core, slot.state)
         except BaseException as exc:
             # Anything but the cancellation the driver itself asked for is a failure of
             # the scheduler (a CancelledError a middleware raised on its own included).

@@ -1,0 +1,34 @@
+"""``call_digest``: what a durable engine records of a call, to know it again (durable.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from .lossless import JsonValue, thaw
+from .tool import ToolSchema
+
+__all__ = ["call_digest"]
+
+
+def call_digest(schema: ToolSchema, arguments: JsonValue) -> str:
+    """A SHA-256 (hex) of the tool's schema (name, description, parameters) and the call's
+    frozen arguments, as JSON with sorted keys.
+
+    Two calls have the same digest exactly when the same tool definition would run the
+    same arguments: a durable engine takes it when a call is parked for approval and
+    again when the answer comes, and refuses the call (``TOOL_CHANGED``) when they differ.
+
+    >>> s = ToolSchema("add", "Add.", {"type": "object"})
+    >>> call_digest(s, {"a": 1}) == call_digest(s, {"a": 1})
+    True
+    >>> call_digest(s, {"a": 1}) == call_digest(s, {"a": 2})
+    False
+    """
+    if not isinstance(schema, ToolSchema):
+        raise TypeError(f"call_digest takes a ToolSchema, got {type(schema).__name__}")
+    payload: Any = [schema.name, schema.description, thaw(schema.parameters), thaw(arguments)]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()

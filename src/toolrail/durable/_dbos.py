@@ -1,0 +1,321 @@
+"""``durable.DBOS``: durable steps and approvals on DBOS Transact (durable.md).
+
+A step is a DBOS workflow whose ID is ``"<name>:<step_id>"``. At its start it reserves,
+in model order, four DBOS step IDs per call (the approval's answer, the dispatch marker,
+the result, the observers' notification), so that calls running in parallel record at
+IDs that are the same in every process that reruns the step. It then reads what is
+already recorded and hands that to the scheduler's own driver (``_journal``).
+
+A pending approval is a workflow of its own, whose ID is its ticket
+(``"<name>:<step_id>/<index>"``) and whose input is the request: it waits for one DBOS
+message and returns it. ``pending()`` is one query over those workflows, and
+``resume()`` sends the message, from any process (``Approvals`` needs no launched DBOS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+import os
+import re
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from dbos import DBOS as _DBOS
+from dbos import DBOSClient, SetWorkflowID
+from dbos._error import DBOSNonExistentWorkflowError
+
+from .._model.cancel import CancelSignal
+from .._model.decisions import ApprovalOutcome, Approver
+from .._model.lossless import JsonValue, snapshot_json
+from .._model.tool import ToolCall
+from .._scheduling.scheduler import Batch, bind_calls
+from ._codec import Data, batch_from_data, batch_to_data, call_from_data, call_to_data
+from ._journal import Record, StepJournal
+
+if TYPE_CHECKING:
+    from .._registry.registry import ToolRegistry
+
+__all__ = ["DBOS", "Approvals", "PendingApproval"]
+
+T = TypeVar("T")
+
+_STEP: Final = "toolrail.step"
+_APPROVAL: Final = "toolrail.approval"
+_TOPIC: Final = "toolrail.outcome"
+_VERSION: Final = "toolrail-durable-1"  # the record's layout: DBOS recovers only this version
+_WAITING: Final = ["PENDING", "ENQUEUED"]
+_KINDS: Final = 4  # reserved DBOS steps per call: answer, marker, result, notified
+
+_NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
+
+_engines: dict[str, DBOS] = {}  # the engines of this process, by name (workflows find theirs)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """One call parked for a person's answer."""
+
+    ticket: str
+    step_id: str
+    index: int
+    call_id: str
+    tool_name: str
+    arguments: JsonValue  # frozen: exactly what the call will run if approved
+    reason: str | None
+    asked_at: float  # seconds since the epoch
+
+
+class Approvals:
+    """The waiting approvals of one database, from any process; no agent needs to run.
+
+    ``Approvals("sqlite:///agent.sqlite")``; an engine's ``pending()`` and ``resume()``
+    are this, on the engine's database."""
+
+    def __init__(self, database: str, *, prefix: str = "") -> None:
+        self._client = DBOSClient(system_database_url=database)
+        self._prefix = prefix
+
+    async def pending(self) -> list[PendingApproval]:
+        """Every approval still waiting, oldest first, in one query."""
+        workflows = await self._client.list_workflows_async(
+            name=_APPROVAL, status=_WAITING, workflow_id_prefix=self._prefix or None,
+            load_output=False)
+        out = []
+        for workflow in workflows:
+            request = workflow.input["args"][0] if workflow.input else None
+            if request is not None:
+                out.append(_pending(request))
+        return sorted(out, key=lambda p: p.asked_at)
+
+    async def resume(self, ticket: str, outcome: ApprovalOutcome | str) -> None:
+        """Answer approval ``ticket`` once; ``KeyError`` for an unknown ticket,
+        ``ValueError`` for one already answered (or an outcome that is not one)."""
+        if not isinstance(ticket, str):
+            raise TypeError(f"ticket must be a str, got {type(ticket).__name__}")
+        answer = ApprovalOutcome(outcome)  # ValueError: not an outcome
+        try:
+            handle = await self._client.retrieve_workflow_async(ticket)
+            status = (await handle.get_status()).status
+        except DBOSNonExistentWorkflowError:
+            raise KeyError(ticket) from None
+        if status not in _WAITING:
+            raise ValueError(f"approval {ticket} was already answered")
+        await self._client.send_async(ticket, answer.value, _TOPIC)
+
+    def close(self) -> None:
+        self._client.destroy()
+
+
+class DBOS:
+    """Durable steps of ``registry`` on DBOS Transact; see durable.md.
+
+    ``database`` defaults to ``sqlite:///<name>.sqlite``; ``dbos`` takes a ``DBOS``
+    instance the application configured (then ``launch`` and ``aclose`` leave its life to
+    the application). ``idempotent`` names the tools whose calls may run again when a
+    process died inside their body. ``approver`` is asked first; its ``PENDING`` (and
+    every ask when there is none) parks the call durably."""
+
+    def __init__(self, registry: ToolRegistry, *, name: str, database: str | None = None,
+                 idempotent: Iterable[str] = (), approver: Approver | None = None,
+                 dbos: _DBOS | None = None) -> None:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError(f"name must be 3-256 lowercase letters, digits, '-' or '_' (a "
+                             f"DBOS application name), got {name!r}")
+        if isinstance(idempotent, str):
+            raise TypeError("idempotent must be an iterable of tool names, not a str")
+        self.registry = registry
+        self.name = name
+        self.database = database or f"sqlite:///{name}.sqlite"
+        self.idempotent = frozenset(idempotent)
+        self.approver = approver
+        self._dbos = dbos
+        self._owned = dbos is None
+        self._signals: dict[str, CancelSignal | None] = {}
+        self._approvals: Approvals | None = None
+        self._launched = False
+
+    async def launch(self) -> None:
+        """Start DBOS (unless the application did) and resume what a dead process left:
+        DBOS recovers this engine's pending steps and approvals."""
+        if self._launched:
+            return
+        other = _engines.get(self.name)
+        if other is not None and other is not self:
+            raise RuntimeError(f"a durable engine named {self.name!r} is already launched")
+        _engines[self.name] = self
+        if self._owned:
+            self._dbos = _DBOS(config={
+                "name": self.name, "system_database_url": self.database,
+                "application_version": _VERSION, "run_admin_server": False,
+                "log_level": os.environ.get("TOOLRAIL_DBOS_LOG_LEVEL", "WARNING"),
+                "notification_listener_polling_interval_sec": 0.05,
+            })
+            _DBOS.launch()
+        self._launched = True
+
+    async def run(self, step_id: str, calls: Iterable[ToolCall], *, max_parallel: int = 10,
+                  signal: CancelSignal | None = None) -> Batch:
+        """``registry.run(calls)`` as a durable step named ``step_id``: running the same
+        step again (here or in another process) returns its recorded ``Batch``."""
+        if not isinstance(step_id, str) or not step_id:
+            raise ValueError("step_id must be a non-empty str")
+        if not self._launched:
+            raise RuntimeError("launch() the engine before running steps")
+        listed, _ = bind_calls(calls, max_parallel, signal, None, False)
+        data = [call_to_data(call) for call in listed]
+        workflow_id = f"{self.name}:{step_id}"
+        self._signals[workflow_id] = signal
+        try:
+            with SetWorkflowID(workflow_id):
+                handle = await _DBOS.start_workflow_async(_step, self.name, step_id, data,
+                                                          max_parallel)
+            out = await handle.get_result()
+        finally:
+            self._signals.pop(workflow_id, None)
+        if out["calls"] != _digest(data):
+            raise ValueError(f"step {step_id!r} was already run with other calls")
+        return batch_from_data(out["batch"])
+
+    async def pending(self) -> list[PendingApproval]:
+        """This engine's waiting approvals, oldest first (``Approvals.pending``)."""
+        return await self._client().pending()
+
+    async def resume(self, ticket: str, outcome: ApprovalOutcome | str) -> None:
+        """Answer one waiting approval (``Approvals.resume``)."""
+        await self._client().resume(ticket, outcome)
+
+    async def aclose(self) -> None:
+        """Stop DBOS if this engine started it; steps still running are left to the next
+        ``launch`` of a process on the same database."""
+        if self._approvals is not None:
+            self._approvals.close()
+            self._approvals = None
+        if self._launched:
+            self._launched = False
+            _engines.pop(self.name, None)
+            if self._owned:
+                _DBOS.destroy(workflow_completion_timeout_sec=0)
+
+    async def __aenter__(self) -> DBOS:
+        await self.launch()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _client(self) -> Approvals:
+        if self._approvals is None:
+            self._approvals = Approvals(self.database, prefix=f"{self.name}:")
+        return self._approvals
+
+    async def _step(self, workflow_id: str, step_id: str, data: list[Data],
+                    max_parallel: int) -> Data:
+        record = await _DBOSRecord.open(workflow_id, len(data))
+        calls = [call_from_data(d) for d in data]
+        journal = StepJournal(self.registry._core, step_id, workflow_id, record,
+                              self.idempotent, self.approver)
+        driver = journal.make_driver(calls, [c.scope for c in calls], max_parallel,
+                                     self._signals.get(workflow_id))
+        with self.registry._core.approving(journal.approve):
+            await driver.run()
+        return {"calls": _digest(data), "batch": batch_to_data(driver.final())}
+
+
+class _DBOSRecord(Record):
+    """A step's record in DBOS: four reserved DBOS steps per call."""
+
+    reserved: list[list[Any]]
+
+    @classmethod
+    async def open(cls, workflow_id: str, count: int) -> _DBOSRecord:
+        record = cls()
+        record.reserved = [[_DBOS.reserve_step() for _ in range(_KINDS)] for _ in range(count)]
+        steps = await _outside(_DBOS.list_workflow_steps_async(workflow_id))
+        done = {s["function_id"]: s["output"] for s in steps if s["error"] is None}
+        for index, (answer, marker, result, notified) in enumerate(record.reserved):
+            if answer.step_id in done:
+                record.approvals[index] = done[answer.step_id]
+            if marker.step_id in done:
+                record.marked.add(index)
+            if result.step_id in done:
+                record.results[index] = done[result.step_id]
+            if notified.step_id in done:
+                record.notified.add(index)
+        return record
+
+    async def ask(self, index: int, request: Data) -> Data:
+        async def wait() -> Data:
+            ticket = request["ticket"]
+            try:
+                outcome = await _outside(_approval_result(ticket, request))
+            except asyncio.CancelledError:  # the call's signal fired: nobody is asked
+                await asyncio.shield(_outside(_DBOS.cancel_workflow_async(ticket)))
+                raise
+            return {"outcome": outcome, "digest": request["digest"]}
+
+        out: Data = await self.reserved[index][0].run_async(None, wait)
+        self.approvals[index] = out
+        return out
+
+    async def mark(self, index: int) -> None:
+        await self.reserved[index][1].run_async(None, _true)
+        self.marked.add(index)
+
+    async def commit(self, index: int, result: Data) -> None:
+        await self.reserved[index][2].run_async(None, _identity, result)
+        self.results[index] = result
+
+    async def observed(self, index: int) -> None:
+        await self.reserved[index][3].run_async(None, _true)
+        self.notified.add(index)
+
+
+@_DBOS.workflow(name=_STEP)
+async def _step(engine: str, step_id: str, calls: list[Data], max_parallel: int) -> Data:
+    owner = _engines.get(engine)
+    if owner is None:
+        raise RuntimeError(f"no durable engine named {engine!r} is launched in this process")
+    return await owner._step(_DBOS.workflow_id or "", step_id, calls, max_parallel)
+
+
+@_DBOS.workflow(name=_APPROVAL)
+async def _approval(request: Data) -> str:
+    while True:
+        message = await _DBOS.recv_async(_TOPIC, timeout_seconds=24 * 3600)
+        if message is not None:
+            return str(message)
+
+
+async def _approval_result(ticket: str, request: Data) -> str:
+    with SetWorkflowID(ticket):  # a workflow of its own, not the step's child: see above
+        handle = await _DBOS.start_workflow_async(_approval, request)
+    return str(await handle.get_result())
+
+
+def _outside(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Run ``coro`` outside the current workflow: DBOS would record it as a step there."""
+    return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+
+
+def _true() -> bool:
+    return True
+
+
+def _identity(value: T) -> T:
+    return value
+
+
+def _digest(data: list[Data]) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _pending(request: Data) -> PendingApproval:
+    return PendingApproval(request["ticket"], request["step_id"], request["index"],
+                           request["call_id"], request["tool_name"],
+                           snapshot_json(request["arguments"]),
+                           request["reason"], request["asked_at"])

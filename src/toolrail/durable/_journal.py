@@ -1,0 +1,191 @@
+"""A durable step's driver: the scheduler's own, told what an engine recorded (durable.md).
+
+The engine (DBOS, Temporal) records four things per call, each once: the approval's
+answer, a marker written just before dispatch, the committed result, and that the
+observers saw it. ``StepJournal`` turns that record into the step's behaviour on a
+rerun: a recorded result is committed in model order without running anything again; a
+call whose marker is recorded but whose result is not was inside its body when the
+process died, and is run again only for an idempotent tool (else ``INTERRUPTED``); an
+approval answered earlier is not asked again, but the call's digest is checked against
+the registry as it is now. Everything else is the scheduler's own code path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from .._dispatch.commit import finish, observe
+from .._dispatch.failures import from_exception
+from .._dispatch.pipeline import run_dispatch
+from .._dispatch.state import FINAL, CallState
+from .._model.cancel import CancelSignal
+from .._model.decisions import ApprovalOutcome, ApprovalRequest, Approver
+from .._model.digest import call_digest
+from .._model.errors import TOOL_CHANGED, ToolError, ToolInterruptedError
+from .._model.foreign import is_awaitable
+from .._model.lossless import thaw
+from .._model.tool import ToolCall
+from .._scheduling.scheduler import Driver, _Slot
+from ._codec import Data, result_from_data, result_to_data
+
+if TYPE_CHECKING:
+    from .._core.core import Core
+
+__all__ = ["PENDING", "Record", "StepJournal"]
+
+
+class _Pending:
+    """The type of ``durable.PENDING``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "durable.PENDING"
+
+
+PENDING: Final = _Pending()
+"""An approver's answer under a durable engine: park the call and ask a person durably."""
+
+INTERRUPTED_MESSAGE: Final = "tool call was interrupted by a restart; it may have run"
+
+
+@dataclass
+class Record:
+    """What an engine recorded of one step, read once when the step (re)starts, and how
+    it records more. An engine subclasses it and implements the four ``async`` methods."""
+
+    approvals: dict[int, Data] = field(default_factory=dict)  # {"outcome", "digest"}
+    marked: set[int] = field(default_factory=set)
+    results: dict[int, Data] = field(default_factory=dict)
+    notified: set[int] = field(default_factory=set)
+
+    async def ask(self, index: int, request: Data) -> Data:
+        """Park call ``index`` on a durable approval ``request``; its recorded answer."""
+        raise NotImplementedError
+
+    async def mark(self, index: int) -> None:
+        """Record that call ``index`` is about to be dispatched."""
+        raise NotImplementedError
+
+    async def commit(self, index: int, result: Data) -> None:
+        """Record call ``index``'s final result."""
+        raise NotImplementedError
+
+    async def observed(self, index: int) -> None:
+        """Record that the observers saw call ``index``'s result."""
+        raise NotImplementedError
+
+
+class StepJournal:
+    """One run of one durable step: its driver, approver and record."""
+
+    def __init__(self, core: Core, step_id: str, ticket_prefix: str, record: Record,
+                 idempotent: Collection[str], approver: Approver | None) -> None:
+        self.core = core
+        self.step_id = step_id
+        self.ticket_prefix = ticket_prefix
+        self.record = record
+        self.idempotent = idempotent
+        self.approver = approver
+        self.replayed: set[int] = set()
+        self.indexes: dict[int, int] = {}  # id(state) -> the call's index
+        self.driver: DurableDriver | None = None
+
+    def make_driver(self, calls: list[ToolCall], scopes: list[Hashable], max_parallel: int,
+                    signal: CancelSignal | None) -> DurableDriver:
+        driver = self.driver = DurableDriver(self.core, calls, scopes, max_parallel, signal)
+        driver.journal = self
+        driver.dispatcher = self.dispatch
+        driver.step = self
+        return driver
+
+    def began(self, index: int, state: CallState) -> None:
+        """Call ``index`` has passed stages 1-3: replay what the record says of it."""
+        execution = state.execution
+        execution._durable_id = f"{self.step_id}/{index}"
+        record = self.record
+        recorded = record.results.get(index)
+        if recorded is not None:
+            self.replayed.add(index)
+            state.finalize = None
+            state.end(FINAL, result_from_data(recorded))
+        elif index in record.marked and execution._name not in self.idempotent:
+            state.finalize = None
+            state.end(FINAL, from_exception(ToolInterruptedError(INTERRUPTED_MESSAGE)))
+        else:
+            self.indexes[id(state)] = index
+
+    async def dispatch(self, core: Core, state: CallState) -> None:
+        """Stages 8-9, after the marker that says the body may have started."""
+        index = self.indexes.pop(id(state))
+        if index not in self.record.marked:
+            await self.record.mark(index)
+        await run_dispatch(core, state)
+
+    async def commit(self, index: int, state: CallState) -> None:
+        """Stages 11-13: the result is recorded, then observed, then that is recorded."""
+        record = self.record
+        if index in self.replayed:
+            result = state.result
+            assert result is not None
+        else:
+            result = finish(self.core, state, False)
+            await record.commit(index, result_to_data(result))
+        if index not in record.notified:
+            observe(self.core, state.execution, result)
+            await record.observed(index)
+        state.result = result
+
+    async def approve(self, request: ApprovalRequest) -> Any:
+        """The approver of a durable step's calls (stage 4)."""
+        driver = self.driver
+        assert driver is not None
+        index = driver.started - 1  # prepare runs one call at a time, in the driver
+        answer = self.record.approvals.get(index)
+        if answer is None:
+            approver = self.approver
+            if approver is not None:
+                outcome = approver(request)
+                if is_awaitable(outcome):
+                    outcome = await outcome
+                if outcome is not PENDING:
+                    return outcome
+            answer = await self.record.ask(index, self._asked(index, request))
+        if answer["digest"] != self._digest(request):
+            raise ToolError(f'tool "{request.tool_name}" changed while its call waited for '
+                            "approval", code=TOOL_CHANGED)
+        return ApprovalOutcome(answer["outcome"])
+
+    def _asked(self, index: int, request: ApprovalRequest) -> Data:
+        return {
+            "ticket": f"{self.ticket_prefix}/{index}",
+            "step_id": self.step_id,
+            "index": index,
+            "call_id": request.call_id,
+            "tool_name": request.tool_name,
+            "arguments": thaw(request.arguments),
+            "scope": request.scope,
+            "reason": request.reason,
+            "asked_at": time.time(),
+            "digest": self._digest(request),
+        }
+
+    def _digest(self, request: ApprovalRequest) -> str | None:
+        """The call's digest against the registry as it is now; ``None`` if its tool is
+        gone."""
+        entry = self.core.resolve(request.tool_name, request.scope)
+        return None if entry is None else call_digest(entry.schema, request.arguments)
+
+
+class DurableDriver(Driver):
+    """The scheduler's driver, with each call's stages 1-3 followed by its replay."""
+
+    step: StepJournal
+
+    def _prepare(self, index: int) -> _Slot:
+        slot = super()._prepare(index)
+        self.step.began(index, slot.state)
+        return slot
