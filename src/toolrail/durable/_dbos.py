@@ -1,8 +1,8 @@
 """``durable.DBOS``: durable steps and approvals on DBOS Transact (durable.md).
 
 A step is a DBOS workflow whose ID is ``"<name>:<step_id>"``. At its start it reserves,
-in model order, four DBOS step IDs per call (the approval's answer, the dispatch marker,
-the result, the observers' notification), so that calls running in parallel record at
+in model order, five DBOS step IDs per call (the approval's answer, the dispatch marker,
+the dispatch outcome, the committed result, the observers' notification), so that calls running in parallel record at
 IDs that are the same in every process that reruns the step. It then reads what is
 already recorded and hands that to the scheduler's own driver (``_journal``).
 
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from dbos import DBOS as _DBOS
 from dbos import DBOSClient, SetWorkflowID
-from dbos._error import DBOSNonExistentWorkflowError
 
 from .._model.cancel import CancelSignal
 from .._model.decisions import ApprovalOutcome, Approver
@@ -48,7 +47,8 @@ _APPROVAL: Final = "toolrail.approval"
 _TOPIC: Final = "toolrail.outcome"
 _VERSION: Final = "toolrail-durable-1"  # the record's layout: DBOS recovers only this version
 _WAITING: Final = ["PENDING", "ENQUEUED"]
-_KINDS: Final = 4  # reserved DBOS steps per call: answer, marker, result, notified
+_ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once answered
+_KINDS: Final = 5  # reserved DBOS steps per call: answer, marker, dispatch, result, notified
 
 _NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
 
@@ -80,31 +80,36 @@ class Approvals:
         self._prefix = prefix
 
     async def pending(self) -> list[PendingApproval]:
-        """Every approval still waiting, oldest first, in one query."""
+        """Every approval still waiting for an answer, oldest first, in one query."""
         workflows = await self._client.list_workflows_async(
             name=_APPROVAL, status=_WAITING, workflow_id_prefix=self._prefix or None,
             load_output=False)
-        out = []
-        for workflow in workflows:
-            request = workflow.input["args"][0] if workflow.input else None
-            if request is not None:
-                out.append(_pending(request))
+        out = [_pending(workflow.input["args"][0]) for workflow in workflows
+               if workflow.input and _ANSWER not in (workflow.attributes or {})]
         return sorted(out, key=lambda p: p.asked_at)
 
     async def resume(self, ticket: str, outcome: ApprovalOutcome | str) -> None:
         """Answer approval ``ticket`` once; ``KeyError`` for an unknown ticket,
-        ``ValueError`` for one already answered (or an outcome that is not one)."""
+        ``ValueError`` for one already answered (or an outcome that is not one).
+
+        The answer is a DBOS message whose idempotency key is the ticket: of two answers
+        sent at the same instant, the first is the one the call gets."""
         if not isinstance(ticket, str):
             raise TypeError(f"ticket must be a str, got {type(ticket).__name__}")
         answer = ApprovalOutcome(outcome)  # ValueError: not an outcome
-        try:
-            handle = await self._client.retrieve_workflow_async(ticket)
-            status = (await handle.get_status()).status
-        except DBOSNonExistentWorkflowError:
-            raise KeyError(ticket) from None
-        if status not in _WAITING:
+        client = self._client
+        workflows = await client.list_workflows_async(workflow_ids=[ticket], load_input=False,
+                                                      load_output=False)
+        if not workflows or workflows[0].name != _APPROVAL:
+            raise KeyError(ticket)
+        status = workflows[0]
+        if status.status not in _WAITING or _ANSWER in (status.attributes or {}):
             raise ValueError(f"approval {ticket} was already answered")
-        await self._client.send_async(ticket, answer.value, _TOPIC)
+        # The message first: dying before the attribute is written loses nothing, and
+        # a second answer's message then has the same key, which DBOS drops.
+        await client.send_async(ticket, answer.value, _TOPIC, idempotency_key=ticket)
+        await client.update_workflow_attributes_async(ticket, {_ANSWER: answer.value},
+                                                      merge=True)
 
     def close(self) -> None:
         self._client.destroy()
@@ -226,7 +231,7 @@ class DBOS:
 
 
 class _DBOSRecord(Record):
-    """A step's record in DBOS: four reserved DBOS steps per call."""
+    """A step's record in DBOS: five reserved DBOS steps per call."""
 
     reserved: list[list[Any]]
 
@@ -236,11 +241,13 @@ class _DBOSRecord(Record):
         record.reserved = [[_DBOS.reserve_step() for _ in range(_KINDS)] for _ in range(count)]
         steps = await _outside(_DBOS.list_workflow_steps_async(workflow_id))
         done = {s["function_id"]: s["output"] for s in steps if s["error"] is None}
-        for index, (answer, marker, result, notified) in enumerate(record.reserved):
+        for index, (answer, marker, dispatch, result, notified) in enumerate(record.reserved):
             if answer.step_id in done:
                 record.approvals[index] = done[answer.step_id]
             if marker.step_id in done:
                 record.marked.add(index)
+            if dispatch.step_id in done:
+                record.dispatched[index] = done[dispatch.step_id]
             if result.step_id in done:
                 record.results[index] = done[result.step_id]
             if notified.step_id in done:
@@ -251,11 +258,12 @@ class _DBOSRecord(Record):
         async def wait() -> Data:
             ticket = request["ticket"]
             try:
-                outcome = await _outside(_approval_result(ticket, request))
+                # the answer to the request as it was first asked (an earlier process's,
+                # when this one asks again): its digest is the one the person saw
+                return await _outside(_approval_result(ticket, request))
             except asyncio.CancelledError:  # the call's signal fired: nobody is asked
                 await asyncio.shield(_outside(_DBOS.cancel_workflow_async(ticket)))
                 raise
-            return {"outcome": outcome, "digest": request["digest"]}
 
         out: Data = await self.reserved[index][0].run_async(None, wait)
         self.approvals[index] = out
@@ -265,12 +273,16 @@ class _DBOSRecord(Record):
         await self.reserved[index][1].run_async(None, _true)
         self.marked.add(index)
 
+    async def dispatch(self, index: int, outcome: Data) -> None:
+        await self.reserved[index][2].run_async(None, _identity, outcome)
+        self.dispatched[index] = outcome
+
     async def commit(self, index: int, result: Data) -> None:
-        await self.reserved[index][2].run_async(None, _identity, result)
+        await self.reserved[index][3].run_async(None, _identity, result)
         self.results[index] = result
 
     async def observed(self, index: int) -> None:
-        await self.reserved[index][3].run_async(None, _true)
+        await self.reserved[index][4].run_async(None, _true)
         self.notified.add(index)
 
 
@@ -283,17 +295,18 @@ async def _step(engine: str, step_id: str, calls: list[Data], max_parallel: int)
 
 
 @_DBOS.workflow(name=_APPROVAL)
-async def _approval(request: Data) -> str:
+async def _approval(request: Data) -> Data:
     while True:
         message = await _DBOS.recv_async(_TOPIC, timeout_seconds=24 * 3600)
         if message is not None:
-            return str(message)
+            return {"outcome": str(message), "digest": request["digest"]}
 
 
-async def _approval_result(ticket: str, request: Data) -> str:
+async def _approval_result(ticket: str, request: Data) -> Data:
     with SetWorkflowID(ticket):  # a workflow of its own, not the step's child: see above
         handle = await _DBOS.start_workflow_async(_approval, request)
-    return str(await handle.get_result())
+    out: Data = await handle.get_result()
+    return out
 
 
 def _outside(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

@@ -1,13 +1,23 @@
 """A durable step's driver: the scheduler's own, told what an engine recorded (durable.md).
 
-The engine (DBOS, Temporal) records four things per call, each once: the approval's
-answer, a marker written just before dispatch, the committed result, and that the
+The engine (DBOS, Temporal) records five things per call, each once: the approval's
+answer, a marker written just before dispatch, the dispatch result (stages 8-9, as the
+body and around-execute middleware left it), the committed result, and that the
 observers saw it. ``StepJournal`` turns that record into the step's behaviour on a
-rerun: a recorded result is committed in model order without running anything again; a
-call whose marker is recorded but whose result is not was inside its body when the
-process died, and is run again only for an idempotent tool (else ``INTERRUPTED``); an
-approval answered earlier is not asked again, but the call's digest is checked against
-the registry as it is now. Everything else is the scheduler's own code path.
+rerun:
+
+- a recorded committed result is committed in model order without running anything;
+- a recorded dispatch result goes on to post-execute and commit without dispatching
+  again (a body that finished is never run twice, even when an approval of a later
+  call kept it from committing before the process died);
+- a call whose marker is recorded but not its dispatch result was inside its body when
+  the process died: it runs again only for an idempotent tool, else it ends as
+  ``INTERRUPTED``;
+- an approval answered earlier is not asked again, but the call's digest is checked
+  against the registry as it is now (``TOOL_CHANGED``).
+
+Everything else (pre-execute, guards, post-execute, the order) is the scheduler's own
+code path, run again against the registry as it is at the rerun.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._dispatch.commit import finish, observe
 from .._dispatch.failures import from_exception
+from .._dispatch.materialize import materialize
 from .._dispatch.pipeline import run_dispatch
 from .._dispatch.state import FINAL, CallState
 from .._model.cancel import CancelSignal
@@ -59,6 +70,7 @@ class Record:
 
     approvals: dict[int, Data] = field(default_factory=dict)  # {"outcome", "digest"}
     marked: set[int] = field(default_factory=set)
+    dispatched: dict[int, Data] = field(default_factory=dict)  # {"phase", "invoked", "result"}
     results: dict[int, Data] = field(default_factory=dict)
     notified: set[int] = field(default_factory=set)
 
@@ -68,6 +80,10 @@ class Record:
 
     async def mark(self, index: int) -> None:
         """Record that call ``index`` is about to be dispatched."""
+        raise NotImplementedError
+
+    async def dispatch(self, index: int, outcome: Data) -> None:
+        """Record call ``index``'s dispatch outcome."""
         raise NotImplementedError
 
     async def commit(self, index: int, result: Data) -> None:
@@ -108,10 +124,15 @@ class StepJournal:
         execution._durable_id = f"{self.step_id}/{index}"
         record = self.record
         recorded = record.results.get(index)
+        dispatched = record.dispatched.get(index)
         if recorded is not None:
             self.replayed.add(index)
             state.finalize = None
             state.end(FINAL, result_from_data(recorded))
+        elif dispatched is not None:
+            state.entry = self.core.resolve(execution._name, execution._scope)
+            state.invoked = dispatched["invoked"]
+            state.end(dispatched["phase"], result_from_data(dispatched["result"]))
         elif index in record.marked and execution._name not in self.idempotent:
             state.finalize = None
             state.end(FINAL, from_exception(ToolInterruptedError(INTERRUPTED_MESSAGE)))
@@ -121,9 +142,17 @@ class StepJournal:
     async def dispatch(self, core: Core, state: CallState) -> None:
         """Stages 8-9, after the marker that says the body may have started."""
         index = self.indexes.pop(id(state))
-        if index not in self.record.marked:
-            await self.record.mark(index)
+        record = self.record
+        if index not in record.marked:
+            await record.mark(index)
         await run_dispatch(core, state)
+        result = state.result
+        assert result is not None
+        if not state.trusted:  # stage 11's materialization, early: the record is frozen
+            state.result = result = materialize(result)
+            state.trusted = True
+        await record.dispatch(index, {"phase": state.phase, "invoked": state.invoked,
+                                      "result": result_to_data(result)})
 
     async def commit(self, index: int, state: CallState) -> None:
         """Stages 11-13: the result is recorded, then observed, then that is recorded."""

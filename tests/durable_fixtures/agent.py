@@ -1,0 +1,93 @@
+"""An agent process for the durable tests: ``python agent.py <workdir> <step_id> <calls>``.
+
+It runs one durable step (``calls`` is JSON: ``[[name, arguments], ...]``) on DBOS with
+SQLite in ``workdir``, and says what it does as JSON lines on stdout, which the tests
+read to choose when to ``kill -9`` it:
+
+- ``{"event": "launched"}`` once DBOS runs (and has recovered what a dead process left);
+- ``{"event": "pending", "ticket": ...}`` once a call waits for an approval;
+- ``{"event": "body", "tool": ..., "arguments": ...}`` as a body starts;
+- ``{"event": "batch", "results": [...]}`` with the step's results, then it exits 0.
+
+Every body start is also appended to ``workdir/ran.jsonl`` and every observed result to
+``workdir/observed.jsonl``, so that the tests count side effects across processes. The
+tool ``hang`` blocks until ``workdir/release`` exists (it is checked before it blocks).
+``TOOLRAIL_TEST_VERSION`` changes the description of ``delete`` (a changed tool), and
+``TOOLRAIL_TEST_IDEMPOTENT`` names the idempotent tools (comma-separated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import toolrail as tr
+from toolrail import durable
+
+
+def say(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def build(workdir: Path) -> tr.ToolRegistry:
+    registry = tr.ToolRegistry()
+    ran = workdir / "ran.jsonl"
+
+    def body(name: str, reply: str) -> Any:
+        async def execute(arguments: Any, ctx: tr.RunContext) -> str:
+            plain = tr.thaw(arguments)
+            append(ran, {"tool": name, "arguments": plain, "pid": os.getpid()})
+            say("body", tool=name, arguments=plain)
+            if name == "hang":
+                while not (workdir / "release").exists():
+                    await asyncio.sleep(0.02)
+            return f"{reply} {plain['x']}"
+        return execute
+
+    version = os.environ.get("TOOLRAIL_TEST_VERSION", "1")
+    registry.register(tr.Tool(name="echo", description="Echo x.", parameters={"type": "object"},
+                              execute=body("echo", "echo"), concurrency_safe=True))
+    registry.register(tr.Tool(name="hang", description="Hang.", parameters={"type": "object"},
+                              execute=body("hang", "hung"), concurrency_safe=True))
+    registry.register(tr.Tool(name="delete", description=f"Delete x (v{version}).",
+                              parameters={"type": "object"}, execute=body("delete", "deleted"),
+                              requires_approval=True))
+    observed = workdir / "observed.jsonl"
+    registry.on_result(lambda execution, result: append(
+        observed, {"durable_id": execution.durable_id, "text": result.text}))
+    return registry
+
+
+async def main(workdir: Path, step_id: str, spec: list[list[Any]]) -> None:
+    idempotent = [t for t in os.environ.get("TOOLRAIL_TEST_IDEMPOTENT", "").split(",") if t]
+    engine = durable.DBOS(build(workdir), name="agent", idempotent=idempotent,
+                          database=f"sqlite:///{workdir / 'agent.sqlite'}")
+    async with engine:
+        say("launched")
+        calls = [tr.ToolCall(call_id=f"c{i}", name=name, arguments=arguments)
+                 for i, (name, arguments) in enumerate(spec)]
+        step = asyncio.ensure_future(engine.run(step_id, calls))
+        told: set[str] = set()
+        while not step.done():
+            for approval in await engine.pending():
+                if approval.ticket not in told:
+                    told.add(approval.ticket)
+                    say("pending", ticket=approval.ticket)
+            await asyncio.wait([step], timeout=0.05)
+        batch = step.result()
+        say("batch", results=[r.to_dict() for r in batch.results])
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])))
