@@ -1,0 +1,210 @@
+"""durable.md on DBOS, in one process: the API, its errors, and the pipeline's rules."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durable_helpers import WAIT
+
+import toolrail as tr
+from toolrail import durable
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Tools:
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, Any]] = []
+        self.observed: list[tuple[str | None, str]] = []
+        self.registry = tr.ToolRegistry()
+        for name, approval in (("echo", False), ("delete", True)):
+            self.registry.register(tr.Tool(
+                name=name, description=f"{name} x.", parameters={"type": "object"},
+                execute=self._body(name), requires_approval=approval,
+                concurrency_safe=not approval))
+        self.registry.on_result(
+            lambda e, r: self.observed.append((e.durable_id, r.text)))
+
+    def _body(self, name: str) -> Any:
+        async def execute(arguments: Any, ctx: tr.RunContext) -> str:
+            self.ran.append((name, tr.thaw(arguments)))
+            return f"{name} {arguments['x']}"
+        return execute
+
+
+def calls(*names: str) -> list[tr.ToolCall]:
+    return [tr.ToolCall(call_id=f"c{i}", name=n, arguments={"x": i}) for i, n in enumerate(names)]
+
+
+@pytest.fixture
+def tools() -> Tools:
+    return Tools()
+
+
+@pytest.fixture
+async def engine(tools: Tools, tmp_path: Path) -> AsyncIterator[durable.DBOS]:
+    async with durable.DBOS(tools.registry, name="unit",
+                            database=f"sqlite:///{tmp_path / 'unit.sqlite'}") as engine:
+        yield engine
+
+
+async def waiting(engine: durable.DBOS, count: int = 1) -> list[durable.PendingApproval]:
+    async with asyncio.timeout(WAIT):
+        while len(pending := await engine.pending()) < count:
+            await asyncio.sleep(0.01)
+    return pending
+
+
+async def test_a_step_runs_like_registry_run_and_running_it_again_returns_the_record(
+        engine: durable.DBOS, tools: Tools) -> None:
+    plain = await tools.registry.run(calls("echo", "echo"))
+    tools.ran.clear()
+    tools.observed.clear()
+    batch = await engine.run("s", calls("echo", "echo"))
+    assert batch == plain
+    assert tools.observed == [("s/0", "echo 0"), ("s/1", "echo 1")]
+    again = await engine.run("s", calls("echo", "echo"))
+    assert again == batch
+    assert tools.ran == [("echo", {"x": 0}), ("echo", {"x": 1})]
+    assert len(tools.observed) == 2
+
+
+async def test_a_step_id_run_again_with_other_calls_is_an_error(engine: durable.DBOS) -> None:
+    await engine.run("s", calls("echo"))
+    with pytest.raises(ValueError, match="step 's' was already run with other calls"):
+        await engine.run("s", calls("echo", "echo"))
+
+
+async def test_an_approval_is_parked_listed_and_resumed(engine: durable.DBOS,
+                                                        tools: Tools) -> None:
+    step = asyncio.ensure_future(engine.run("s", calls("echo", "delete")))
+    (approval,) = await waiting(engine)
+    assert (approval.ticket, approval.step_id, approval.index, approval.tool_name,
+            approval.reason) == ("unit:s/1", "s", 1, "delete", None)
+    assert approval.arguments == tr.snapshot_json({"x": 1})
+    assert ("delete", {"x": 1}) not in tools.ran
+    await engine.resume(approval.ticket, tr.ApprovalOutcome.ALLOWED_ONCE)
+    batch = await step
+    assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    assert await engine.pending() == []
+    with pytest.raises(ValueError, match="approval unit:s/1 was already answered"):
+        await engine.resume(approval.ticket, "allowed-once")
+
+
+async def test_a_rejected_approval_is_the_pipelines_denial(engine: durable.DBOS,
+                                                           tools: Tools) -> None:
+    step = asyncio.ensure_future(engine.run("s", calls("delete")))
+    (approval,) = await waiting(engine)
+    await engine.resume(approval.ticket, "rejected")
+    (result,) = (await step).results
+    assert result.error == tr.ErrorInfo('the user rejected tool "delete"', "DENIED", None)
+    assert tools.ran == []
+
+
+async def test_resume_refuses_an_unknown_ticket_and_an_outcome_that_is_not_one(
+        engine: durable.DBOS) -> None:
+    with pytest.raises(KeyError, match="unit:nope/0"):
+        await engine.resume("unit:nope/0", "allowed-once")
+    step = asyncio.ensure_future(engine.run("s", calls("delete")))
+    (approval,) = await waiting(engine)
+    with pytest.raises(ValueError, match="'maybe' is not a valid ApprovalOutcome"):
+        await engine.resume(approval.ticket, "maybe")
+    with pytest.raises(TypeError, match="ticket must be a str, got int"):
+        await engine.resume(1, "allowed-once")  # type: ignore[arg-type]
+    await engine.resume(approval.ticket, "cancelled")
+    (result,) = (await step).results
+    assert result.text == 'Error: approval for tool "delete" was cancelled'
+
+
+async def test_guards_are_evaluated_again_when_an_approval_comes(
+        engine: durable.DBOS, tools: Tools) -> None:
+    step = asyncio.ensure_future(engine.run("s", calls("delete")))
+    (approval,) = await waiting(engine)
+    tools.registry.guard(lambda execution: "frozen by policy")
+    await engine.resume(approval.ticket, "allowed-once")
+    (result,) = (await step).results
+    assert result.error == tr.ErrorInfo("frozen by policy", "DENIED", None)
+    assert tools.ran == []
+
+
+async def test_an_approver_answers_first_and_its_pending_parks_the_call(
+        tools: Tools, tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def approver(request: tr.ApprovalRequest) -> Any:
+        asked.append(request.call_id)
+        return durable.PENDING if request.arguments["x"] == 1 else "allowed-once"
+
+    async with durable.DBOS(tools.registry, name="unit", approver=approver,
+                            database=f"sqlite:///{tmp_path / 'a.sqlite'}") as engine:
+        step = asyncio.ensure_future(engine.run("s", calls("delete", "delete")))
+        (approval,) = await waiting(engine)
+        assert approval.index == 1
+        await engine.resume(approval.ticket, "allowed-once")
+        assert [r.text for r in (await step).results] == ["delete 0", "delete 1"]
+    assert asked == ["c0", "c1"]
+
+
+async def test_pending_outside_an_engine_is_an_invalid_approver_outcome(tools: Tools) -> None:
+    tools.registry.approver = lambda request: durable.PENDING
+    (result,) = (await tools.registry.run(calls("delete"))).results
+    assert result.error == tr.ErrorInfo(
+        "approver returned an invalid outcome: durable.PENDING", None, None)
+
+
+async def test_a_step_cancelled_while_its_call_waits_withdraws_the_approval(
+        engine: durable.DBOS, tools: Tools) -> None:
+    controller = tr.CancelController()
+    step = asyncio.ensure_future(engine.run("s", calls("delete"), signal=controller.signal))
+    await waiting(engine)
+    controller.cancel("the user left")
+    batch = await step
+    assert batch.cancelled
+    assert batch.results[0].error is not None
+    assert batch.results[0].error.code == "ABORTED_BEFORE_DISPATCH"
+    assert await engine.pending() == []
+
+
+async def test_bad_input_is_refused_before_anything_runs(tools: Tools, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="name must be 3-256 lowercase letters"):
+        durable.DBOS(tools.registry, name="Agent")
+    with pytest.raises(TypeError, match="idempotent must be an iterable of tool names"):
+        durable.DBOS(tools.registry, name="unit", idempotent="echo")
+    engine = durable.DBOS(tools.registry, name="unit",
+                          database=f"sqlite:///{tmp_path / 'b.sqlite'}")
+    with pytest.raises(RuntimeError, match=r"launch\(\) the engine before running steps"):
+        await engine.run("s", calls("echo"))
+    async with engine:
+        with pytest.raises(ValueError, match="step_id must be a non-empty str"):
+            await engine.run("", calls("echo"))
+        with pytest.raises(TypeError, match="scope must be a str or None, got tuple"):
+            await engine.run("s", [tr.ToolCall(call_id="c", name="echo", scope=("a",))])
+        with pytest.raises(ValueError, match="cannot carry a signal or a parent"):
+            await engine.run("s", [tr.ToolCall(call_id="c", name="echo",
+                                               signal=tr.CancelSignal.never())])
+        with pytest.raises(ValueError, match="must be losslessly JSON-serializable"):
+            await engine.run("s", [tr.ToolCall(call_id="c", name="echo",
+                                               arguments={"x": object()})])
+        with pytest.raises(ValueError, match="max_parallel must be a positive integer"):
+            await engine.run("s", calls("echo"), max_parallel=0)
+    assert tools.ran == []
+
+
+async def test_a_plain_call_has_no_durable_id_and_the_digest_knows_its_tool(
+        tools: Tools) -> None:
+    seen: list[str | None] = []
+    tools.registry.on_result(lambda e, r: seen.append(e.durable_id))
+    await tools.registry.execute(calls("echo")[0])
+    assert seen == [None]
+    schema = tools.registry.schemas()[0]
+    other = tr.ToolSchema(schema.name, schema.description + "!", schema.parameters)
+    arguments = tr.snapshot_json({"x": 1})
+    assert tr.call_digest(schema, arguments) == tr.call_digest(schema, {"x": 1})
+    assert tr.call_digest(schema, arguments) != tr.call_digest(other, arguments)
+    assert tr.call_digest(schema, arguments) != tr.call_digest(schema, {"x": 2})
+    with pytest.raises(TypeError, match="call_digest takes a ToolSchema, got dict"):
+        tr.call_digest({"name": "echo"}, arguments)  # type: ignore[arg-type]
