@@ -90,11 +90,25 @@ DEMO_CODE_SHOWS_THE_NESTED_CALLS = (
     "tool messages for the model │ 1",
 )
 
+DEMO_DURABLE_KILLS_AND_RESUMES = (
+    "search, search, delete_draft, send_reply",
+    "both searches committed; delete_draft waits for approval "
+    "(demo-agent:ticket-42/step-1/2)",
+    "killed with SIGKILL while the approval waits",
+    "(no agent running): allowed delete_draft(draft='reply-v1')",
+    "killed with SIGKILL inside send_reply's body",
+    "  delete_draft  ok           deleted reply-v1",
+    "  send_reply    INTERRUPTED  Error: tool call was interrupted by a restart; it may have run",
+    "bodies run, across the three agents: search 2, delete_draft 1, send_reply 1",
+)
+
 
 @pytest.mark.parametrize(("args", "shown"), [
     pytest.param(("demo",), DEMO_SHOWS_EVERY_STAGE, id="demo-shows-every-stage"),
     pytest.param(("demo", "--code"), DEMO_CODE_SHOWS_THE_NESTED_CALLS,
                  id="demo-code-one-run-code-step-with-its-nested-calls"),
+    pytest.param(("demo", "--durable"), DEMO_DURABLE_KILLS_AND_RESUMES,
+                 id="demo-durable-an-agent-killed-twice-and-resumed"),
 ])
 def test_the_demo_runs_non_interactively_and_shows_what_it_did(
     args: tuple[str, ...], shown: tuple[str, ...]

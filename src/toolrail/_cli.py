@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--code", action="store_true",
                       help="do the same task in code mode: one run_code step whose program "
                            "calls the tools (needs the code extra)")
+    demo.add_argument("--durable", action="store_true",
+                      help="show a durable step on DBOS/SQLite: an agent killed while an "
+                           "approval waits, the approval answered from a second process, "
+                           "the step resumed (needs the dbos extra)")
 
     listing = commands.add_parser("list", help="print the tool schemas a scope sees",
                                   description="Print the schemas of the tools a scope sees.")
@@ -106,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "demo" and args.durable:
+            from ._demo_durable import run_durable_demo
+
+            return run_durable_demo()
         if args.command == "demo":
             from ._demo import run_demo
 

@@ -175,10 +175,7 @@ class DBOS:
         workflow_id = f"{self.name}:{step_id}"
         self._signals[workflow_id] = signal
         try:
-            with SetWorkflowID(workflow_id):
-                handle = await _DBOS.start_workflow_async(_step, self.name, step_id, data,
-                                                          max_parallel)
-            out = await handle.get_result()
+            out = await _result(workflow_id, _step, self.name, step_id, data, max_parallel)
         finally:
             self._signals.pop(workflow_id, None)
         if out["calls"] != _digest(data):
@@ -303,8 +300,19 @@ async def _approval(request: Data) -> Data:
 
 
 async def _approval_result(ticket: str, request: Data) -> Data:
-    with SetWorkflowID(ticket):  # a workflow of its own, not the step's child: see above
-        handle = await _DBOS.start_workflow_async(_approval, request)
+    # a workflow of its own, not the step's child: see the module's docstring
+    return await _result(ticket, _approval, request)
+
+
+async def _result(workflow_id: str, workflow: Any, *args: Any) -> Data:
+    """The result of workflow ``workflow_id``, started with ``args`` unless it exists
+    (run before, or recovered at launch: then its own inputs are the ones that count)."""
+    if await _DBOS.list_workflows_async(workflow_ids=[workflow_id], load_input=False,
+                                        load_output=False):
+        handle: Any = await _DBOS.retrieve_workflow_async(workflow_id)
+    else:
+        with SetWorkflowID(workflow_id):
+            handle = await _DBOS.start_workflow_async(workflow, *args)
     out: Data = await handle.get_result()
     return out
 
