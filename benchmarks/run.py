@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import (
     bench_code,
+    bench_durable,
     bench_integrations,
     bench_mcp,
     bench_peers,
@@ -43,6 +44,7 @@ SUITES: tuple[tuple[str, str, Any], ...] = (
     ("integrations", "integrations: each framework's tool path over toolrail, beside its own",
      bench_integrations),
     ("code", "code mode: run_code programs and their nested calls", bench_code),
+    ("durable", "durable steps on DBOS/SQLite, beside a plain run", bench_durable),
 )
 
 

@@ -208,3 +208,11 @@ async def test_a_plain_call_has_no_durable_id_and_the_digest_knows_its_tool(
     assert tr.call_digest(schema, arguments) != tr.call_digest(schema, {"x": 2})
     with pytest.raises(TypeError, match="call_digest takes a ToolSchema, got dict"):
         tr.call_digest({"name": "echo"}, arguments)  # type: ignore[arg-type]
+
+
+async def test_the_loop_still_runs_threads_after_the_engine_closed(tools: Tools,
+                                                                   tmp_path: Path) -> None:
+    async with durable.DBOS(tools.registry, name="unit",
+                            database=f"sqlite:///{tmp_path / 'c.sqlite'}") as engine:
+        await engine.run("s", calls("echo"))
+    assert await asyncio.to_thread(lambda: "still here") == "still here"

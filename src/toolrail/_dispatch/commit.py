@@ -30,7 +30,7 @@ from .state import DISPATCHED, FINAL, REFUSED, CallState
 if TYPE_CHECKING:
     from .._core.core import Core
 
-__all__ = ["awaits_post", "finish", "observe", "post_execute"]
+__all__ = ["awaits_post", "finish", "post_execute"]
 
 _ACCEPT: Final = Accept()
 
@@ -64,10 +64,8 @@ async def post_execute(core: Core, state: CallState) -> None:
         state.result = changed
 
 
-def finish(core: Core, state: CallState, notify_observers: bool = True) -> ToolResult:
-    """Stages 11-13, after the success-to-ABORTED rule of a cancelled call; without
-    stage 13 when not ``notify_observers`` (a durable step records the result first,
-    then calls ``observe``)."""
+def finish(core: Core, state: CallState) -> ToolResult:
+    """Stages 11-13, after the success-to-ABORTED rule of a cancelled call."""
     execution = state.execution
     result = state.result
     assert result is not None
@@ -77,23 +75,12 @@ def finish(core: Core, state: CallState, notify_observers: bool = True) -> ToolR
         result = aborted(result.contexts)
     if state.finalize is not None:
         result = _finalize(state.finalize, execution, result)
-    if not notify_observers:
-        return result
     scope = execution._scope
     chains = core.chains
     observers = chains.every[RESULT] if scope is None else chains.for_call(RESULT, scope)
     if observers:
         notify(core.logger, observers, execution, result)
     return result
-
-
-def observe(core: Core, execution: Execution, result: ToolResult) -> None:
-    """Stage 13 on its own: the result observers of ``execution``'s scope see ``result``."""
-    scope = execution._scope
-    chains = core.chains
-    observers = chains.every[RESULT] if scope is None else chains.for_call(RESULT, scope)
-    if observers:
-        notify(core.logger, observers, execution, result)
 
 
 def _plain_post(out: Any) -> bool:

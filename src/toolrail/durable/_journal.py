@@ -1,18 +1,19 @@
 """A durable step's driver: the scheduler's own, told what an engine recorded (durable.md).
 
-The engine (DBOS, Temporal) records five things per call, each once: the approval's
-answer, a marker written just before dispatch, the dispatch result (stages 8-9, as the
-body and around-execute middleware left it), the committed result, and that the
-observers saw it. ``StepJournal`` turns that record into the step's behaviour on a
+The engine (DBOS, Temporal) records up to four things per call, each once: the
+approval's answer, a marker written just before dispatch, the dispatch outcome (stages
+8-9, as the body and around-execute middleware left it), and the committed result. A
+call of an idempotent tool records neither marker nor dispatch outcome: it may run
+again anyway, so its record is its answer and its result. ``StepJournal`` turns that record into the step's behaviour on a
 rerun:
 
 - a recorded committed result is committed in model order without running anything;
 - a recorded dispatch result goes on to post-execute and commit without dispatching
   again (a body that finished is never run twice, even when an approval of a later
   call kept it from committing before the process died);
-- a call whose marker is recorded but not its dispatch result was inside its body when
-  the process died: it runs again only for an idempotent tool, else it ends as
-  ``INTERRUPTED``;
+- a call whose marker is recorded but not its dispatch outcome was inside its body when
+  the process died: it ends as ``INTERRUPTED`` (an idempotent tool's call has no
+  marker: it simply runs again);
 - an approval answered earlier is not asked again, but the call's digest is checked
   against the registry as it is now (``TOOL_CHANGED``).
 
@@ -27,7 +28,7 @@ from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from .._dispatch.commit import finish, observe
+from .._dispatch.commit import finish
 from .._dispatch.failures import from_exception
 from .._dispatch.materialize import materialize
 from .._dispatch.pipeline import run_dispatch
@@ -66,13 +67,12 @@ INTERRUPTED_MESSAGE: Final = "tool call was interrupted by a restart; it may hav
 @dataclass
 class Record:
     """What an engine recorded of one step, read once when the step (re)starts, and how
-    it records more. An engine subclasses it and implements the four ``async`` methods."""
+    it records more. An engine subclasses it and implements the ``async`` methods."""
 
     approvals: dict[int, Data] = field(default_factory=dict)  # {"outcome", "digest"}
     marked: set[int] = field(default_factory=set)
     dispatched: dict[int, Data] = field(default_factory=dict)  # {"phase", "invoked", "result"}
     results: dict[int, Data] = field(default_factory=dict)
-    notified: set[int] = field(default_factory=set)
 
     async def ask(self, index: int, request: Data) -> Data:
         """Park call ``index`` on a durable approval ``request``; its recorded answer."""
@@ -88,10 +88,6 @@ class Record:
 
     async def commit(self, index: int, result: Data) -> None:
         """Record call ``index``'s final result."""
-        raise NotImplementedError
-
-    async def observed(self, index: int) -> None:
-        """Record that the observers saw call ``index``'s result."""
         raise NotImplementedError
 
 
@@ -133,18 +129,21 @@ class StepJournal:
             state.entry = self.core.resolve(execution._name, execution._scope)
             state.invoked = dispatched["invoked"]
             state.end(dispatched["phase"], result_from_data(dispatched["result"]))
-        elif index in record.marked and execution._name not in self.idempotent:
+        elif index in record.marked:
             state.finalize = None
             state.end(FINAL, from_exception(ToolInterruptedError(INTERRUPTED_MESSAGE)))
-        else:
+        elif execution._name not in self.idempotent:
             self.indexes[id(state)] = index
 
     async def dispatch(self, core: Core, state: CallState) -> None:
-        """Stages 8-9, after the marker that says the body may have started."""
-        index = self.indexes.pop(id(state))
+        """Stages 8-9: after the marker that says the body may have started, and before
+        the record of what dispatch left (an idempotent tool's call: neither)."""
+        index = self.indexes.pop(id(state), None)
+        if index is None:
+            await run_dispatch(core, state)
+            return
         record = self.record
-        if index not in record.marked:
-            await record.mark(index)
+        await record.mark(index)
         await run_dispatch(core, state)
         result = state.result
         assert result is not None
@@ -155,18 +154,14 @@ class StepJournal:
                                       "result": result_to_data(result)})
 
     async def commit(self, index: int, state: CallState) -> None:
-        """Stages 11-13: the result is recorded, then observed, then that is recorded."""
-        record = self.record
+        """Stages 11-13, then the record of the result. The observers come first: a
+        process that dies between them and the record notifies them again when the
+        step resumes (at least once; ``Execution.durable_id`` tells the repeat), where
+        the other order would lose the notification."""
         if index in self.replayed:
-            result = state.result
-            assert result is not None
-        else:
-            result = finish(self.core, state, False)
-            await record.commit(index, result_to_data(result))
-        if index not in record.notified:
-            observe(self.core, state.execution, result)
-            await record.observed(index)
-        state.result = result
+            return  # its state holds the recorded result; its observers saw it
+        result = state.result = finish(self.core, state)
+        await self.record.commit(index, result_to_data(result))
 
     async def approve(self, request: ApprovalRequest) -> Any:
         """The approver of a durable step's calls (stage 4)."""
