@@ -301,20 +301,23 @@ async def _approval(request: Data) -> Data:
 
 
 async def _approval_result(ticket: str, request: Data) -> Data:
-    # a workflow of its own, not the step's child: see the module's docstring
-    return await _result(ticket, _approval, request)
+    # a workflow of its own, not the step's child: see the module's docstring; a person
+    # answers in seconds at best, and a thousand waiting approvals each poll
+    return await _result(ticket, _approval, request, poll=0.5)
 
 
-async def _result(workflow_id: str, workflow: Any, *args: Any) -> Data:
+async def _result(workflow_id: str, workflow: Any, *args: Any, poll: float = 0.05) -> Data:
     """The result of workflow ``workflow_id``, started with ``args`` unless it exists
-    (run before, or recovered at launch: then its own inputs are the ones that count)."""
+    (run before, or recovered at launch: then its own inputs are the ones that count).
+    A workflow running elsewhere (recovered by DBOS's queue thread) is polled every
+    ``poll`` seconds (DBOS's default is 1 s)."""
     if await _DBOS.list_workflows_async(workflow_ids=[workflow_id], load_input=False,
                                         load_output=False):
         handle: Any = await _DBOS.retrieve_workflow_async(workflow_id)
     else:
         with SetWorkflowID(workflow_id):
             handle = await _DBOS.start_workflow_async(workflow, *args)
-    out: Data = await handle.get_result()
+    out: Data = await handle.get_result(polling_interval_sec=poll)
     return out
 
 
