@@ -216,3 +216,32 @@ async def test_the_loop_still_runs_threads_after_the_engine_closed(tools: Tools,
                             database=f"sqlite:///{tmp_path / 'c.sqlite'}") as engine:
         await engine.run("s", calls("echo"))
     assert await asyncio.to_thread(lambda: "still here") == "still here"
+
+
+async def test_a_durable_stream_yields_committed_items_in_order_and_then_the_record(
+        engine: durable.DBOS, tools: Tools) -> None:
+    async with engine.stream("s", calls("echo", "echo", "echo")) as stream:
+        items = [(c.index, c.call.call_id, c.result.text, c.started) async for c in stream]
+    assert items == [(0, "c0", "echo 0", True), (1, "c1", "echo 1", True),
+                     (2, "c2", "echo 2", True)]
+    assert [r.text for r in stream.batch.results] == ["echo 0", "echo 1", "echo 2"]
+    assert len(tools.ran) == 3
+    async with engine.stream("s", calls("echo", "echo", "echo")) as again:
+        assert [c.result.text async for c in again] == ["echo 0", "echo 1", "echo 2"]
+    assert len(tools.ran) == 3
+
+
+async def test_closing_a_durable_stream_early_cancels_the_rest_of_the_step(
+        engine: durable.DBOS, tools: Tools) -> None:
+    stream = engine.stream("s", calls("echo", "delete"))
+    first = await stream.__anext__()
+    assert first.result.text == "echo 0"
+    await waiting(engine)
+    await stream.aclose()
+    assert stream.batch.cancelled
+    error = stream.batch.results[1].error
+    assert error is not None and error.code == "ABORTED_BEFORE_DISPATCH"
+    assert await engine.pending() == []
+    assert [c async for c in stream] == []
+    with pytest.raises(RuntimeError, match="available once the step has finished"):
+        _ = engine.stream("t", calls("echo")).batch

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 from ._journal import PENDING
 
 if TYPE_CHECKING:
-    from ._dbos import DBOS, Approvals, PendingApproval
+    from ._dbos import DBOS, Approvals, DurableStream, PendingApproval
 
-__all__ = ["DBOS", "PENDING", "Approvals", "PendingApproval"]
+__all__ = ["DBOS", "PENDING", "Approvals", "DurableStream", "PendingApproval"]
 
 
 def __getattr__(name: str) -> Any:
     """The DBOS engine loads on first use: ``toolrail[dbos]`` is an optional extra."""
-    if name in ("DBOS", "Approvals", "PendingApproval"):
+    if name in ("DBOS", "Approvals", "DurableStream", "PendingApproval"):
         try:
             from . import _dbos
         except ImportError as exc:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -28,18 +28,20 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from dbos import DBOS as _DBOS
 from dbos import DBOSClient, SetWorkflowID
 
-from .._model.cancel import CancelSignal
+from .._model.cancel import CancelController, CancelSignal
+from .._model.errors import ABORTED_BEFORE_DISPATCH
+from .._model.results import ToolResult
 from .._model.decisions import ApprovalOutcome, Approver
 from .._model.lossless import JsonValue, snapshot_json
 from .._model.tool import ToolCall
-from .._scheduling.scheduler import Batch, bind_calls
+from .._scheduling.scheduler import Batch, Committed, bind_calls
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data, call_to_data
 from ._journal import Record, StepJournal
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
 
-__all__ = ["DBOS", "Approvals", "PendingApproval"]
+__all__ = ["DBOS", "Approvals", "DurableStream", "PendingApproval"]
 
 T = TypeVar("T")
 
@@ -140,7 +142,8 @@ class DBOS:
         self.approver = approver
         self._dbos = dbos
         self._owned = dbos is None
-        self._signals: dict[str, CancelSignal | None] = {}
+        # the live side of the steps this process runs: their signal and commit listener
+        self._live: dict[str, tuple[CancelSignal | None, _Listener | None]] = {}
         self._approvals: Approvals | None = None
         self._launched = False
 
@@ -170,18 +173,35 @@ class DBOS:
                   signal: CancelSignal | None = None) -> Batch:
         """``registry.run(calls)`` as a durable step named ``step_id``: running the same
         step again (here or in another process) returns its recorded ``Batch``."""
+        _, data = self._checked(step_id, calls, max_parallel, signal)
+        return await self._run(step_id, data, max_parallel, signal)
+
+    def stream(self, step_id: str, calls: Iterable[ToolCall], *, max_parallel: int = 10,
+               signal: CancelSignal | None = None) -> DurableStream:
+        """``registry.stream(calls)`` as a durable step: ``Committed`` items in model
+        order, as this process commits them (a step recovered or finished elsewhere
+        yields its recorded results). Closing it early cancels the step."""
+        listed, data = self._checked(step_id, calls, max_parallel, signal)
+        return DurableStream(self, step_id, listed, data, max_parallel, signal)
+
+    def _checked(self, step_id: str, calls: Iterable[ToolCall], max_parallel: int,
+                 signal: CancelSignal | None) -> tuple[list[ToolCall], list[Data]]:
         if not isinstance(step_id, str) or not step_id:
             raise ValueError("step_id must be a non-empty str")
         if not self._launched:
             raise RuntimeError("launch() the engine before running steps")
         listed, _ = bind_calls(calls, max_parallel, signal, None, False)
-        data = [call_to_data(call) for call in listed]
+        return listed, [call_to_data(call) for call in listed]
+
+    async def _run(self, step_id: str, data: list[Data], max_parallel: int,
+                   signal: CancelSignal | None,
+                   on_commit: Callable[[int, ToolResult], None] | None = None) -> Batch:
         workflow_id = f"{self.name}:{step_id}"
-        self._signals[workflow_id] = signal
+        self._live[workflow_id] = (signal, on_commit)
         try:
             out = await _result(workflow_id, _step, self.name, step_id, data, max_parallel)
         finally:
-            self._signals.pop(workflow_id, None)
+            self._live.pop(workflow_id, None)
         if out["calls"] != _digest(data):
             raise ValueError(f"step {step_id!r} was already run with other calls")
         return batch_from_data(out["batch"])
@@ -227,11 +247,90 @@ class DBOS:
         calls = [call_from_data(d) for d in data]
         journal = StepJournal(self.registry._core, step_id, workflow_id, record,
                               self.idempotent, self.approver)
-        driver = journal.make_driver(calls, [c.scope for c in calls], max_parallel,
-                                     self._signals.get(workflow_id))
+        signal, on_commit = self._live.get(workflow_id, (None, None))
+        driver = journal.make_driver(calls, [c.scope for c in calls], max_parallel, signal)
         with self.registry._core.approving(journal.approve):
-            await driver.run()
+            await driver.run(on_commit)
         return {"calls": _digest(data), "batch": batch_to_data(driver.final())}
+
+
+class DurableStream:
+    """A durable step's ``Committed`` items, in model order; ``aclose()`` cancels the
+    rest of the step and returns once it has finished (``CallStream``'s contract)."""
+
+    def __init__(self, engine: DBOS, step_id: str, calls: list[ToolCall], data: list[Data],
+                 max_parallel: int, signal: CancelSignal | None) -> None:
+        self._engine = engine
+        self._step_id = step_id
+        self._calls = calls
+        self._data = data
+        self._max_parallel = max_parallel
+        self._closer = CancelController()
+        self._unhook = None if signal is None else signal.add_callback(
+            lambda: self._closer.cancel(signal.reason or "cancelled"))
+        self._committed: dict[int, ToolResult] = {}
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Future[Batch] | None = None
+        self._next = 0
+        self._batch: Batch | None = None
+
+    @property
+    def batch(self) -> Batch:
+        """The step's ``Batch``, once it has finished; else ``RuntimeError``."""
+        if self._batch is None:
+            raise RuntimeError("DurableStream.batch is available once the step has finished")
+        return self._batch
+
+    def __aiter__(self) -> DurableStream:
+        return self
+
+    async def __anext__(self) -> Committed:
+        if self._next == len(self._calls):
+            raise StopAsyncIteration
+        task = self._task
+        if task is None:
+            task = self._task = asyncio.ensure_future(self._engine._run(
+                self._step_id, self._data, self._max_parallel, self._closer.signal,
+                self._arrive))
+        while (result := self._committed.get(self._next)) is None:
+            if task.done():
+                self._batch = batch = task.result()
+                result = batch.results[self._next]
+                break
+            self._arrived.clear()
+            waiter = asyncio.ensure_future(self._arrived.wait())
+            try:
+                await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+        index, self._next = self._next, self._next + 1
+        error = result.error
+        return Committed(index, self._calls[index], result,
+                         error is None or error.code != ABORTED_BEFORE_DISPATCH)
+
+    def _arrive(self, index: int, result: ToolResult) -> None:
+        self._committed[index] = result
+        self._arrived.set()
+
+    async def aclose(self) -> None:
+        """Cancel what is left of the step; return once it has finished."""
+        self._closer.cancel("stream closed")
+        try:
+            if self._task is not None:
+                self._batch = await self._task
+        finally:
+            self._next = len(self._calls)
+            if self._unhook is not None:
+                self._unhook()
+
+    async def __aenter__(self) -> DurableStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+_Listener = Callable[[int, ToolResult], None]
 
 
 class _DBOSRecord(Record):
