@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,8 @@ async def _overhead(directory: Path, repeat: int) -> list[Figure]:
             durable.DBOS(registry, name="bench-idempotent", idempotent={"noop"},
                          database=f"sqlite:///{directory / 'bench.sqlite'}") as reads:
         await engine.run("warm-up", calls)
-        cases = [lambda i: registry.run(calls), lambda i: engine.run(f"step-{i}", calls),
+        cases: list[Callable[[int], Awaitable[object]]] = [
+                 lambda i: registry.run(calls), lambda i: engine.run(f"step-{i}", calls),
                  lambda i: reads.run(f"step-{i}", calls)]
         for i in range(repeat):
             for case, out in zip(cases, samples, strict=True):
@@ -133,7 +135,7 @@ async def _approvals(directory: Path, count: int) -> list[Figure]:
         steps = [asyncio.ensure_future(engine.run(f"s{i}", _calls("ask", 1)))
                  for i in range(count)]
         start = time.perf_counter()
-        while len(await engine.pending()) < count:
+        while len(await engine.pending()) < count:  # noqa: ASYNC110 (the record is in the database)
             await asyncio.sleep(0.05)
         parked = (time.perf_counter() - start) * 1e3
         start = time.perf_counter()

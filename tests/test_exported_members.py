@@ -13,8 +13,8 @@ EXPECTED = [
     "PostMiddleware", "PreDecision", "PreMiddleware", "Progress", "ResultObserver", "RunContext",
     "Scope",
     "TextContent", "Tool", "ToolAbortedError", "ToolArgsError", "ToolCall", "ToolError",
-    "ToolNotFoundError", "ToolOutput", "ToolOutputError", "ToolRegistry", "ToolResult",
-    "ToolSchema", "ToolTimeoutError", "snapshot_json", "thaw", "tool",
+    "ToolInterruptedError", "ToolNotFoundError", "ToolOutput", "ToolOutputError", "ToolRegistry", "ToolResult",
+    "ToolSchema", "ToolTimeoutError", "call_digest", "snapshot_json", "thaw", "tool",
 ]
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_helpers import WAIT
 
 import toolrail as tr
+from durable_helpers import WAIT
 from toolrail import durable
 
 pytestmark = pytest.mark.timeout(60)
@@ -54,7 +54,7 @@ async def engine(tools: Tools, tmp_path: Path) -> AsyncIterator[durable.DBOS]:
 
 async def waiting(engine: durable.DBOS, count: int = 1) -> list[durable.PendingApproval]:
     async with asyncio.timeout(WAIT):
-        while len(pending := await engine.pending()) < count:
+        while len(pending := await engine.pending()) < count:  # noqa: ASYNC110 (the record is in the database)
             await asyncio.sleep(0.01)
     return pending
 
@@ -137,7 +137,7 @@ async def test_an_approver_answers_first_and_its_pending_parks_the_call(
 
     def approver(request: tr.ApprovalRequest) -> Any:
         asked.append(request.call_id)
-        return durable.PENDING if request.arguments["x"] == 1 else "allowed-once"
+        return durable.PENDING if tr.thaw(request.arguments)["x"] == 1 else "allowed-once"
 
     async with durable.DBOS(tools.registry, name="unit", approver=approver,
                             database=f"sqlite:///{tmp_path / 'a.sqlite'}") as engine:
@@ -150,7 +150,7 @@ async def test_an_approver_answers_first_and_its_pending_parks_the_call(
 
 
 async def test_pending_outside_an_engine_is_an_invalid_approver_outcome(tools: Tools) -> None:
-    tools.registry.approver = lambda request: durable.PENDING
+    tools.registry.approver = lambda request: durable.PENDING  # type: ignore[assignment,return-value]
     (result,) = (await tools.registry.run(calls("delete"))).results
     assert result.error == tr.ErrorInfo(
         "approver returned an invalid outcome: durable.PENDING", None, None)
@@ -240,7 +240,8 @@ async def test_closing_a_durable_stream_early_cancels_the_rest_of_the_step(
     await stream.aclose()
     assert stream.batch.cancelled
     error = stream.batch.results[1].error
-    assert error is not None and error.code == "ABORTED_BEFORE_DISPATCH"
+    assert error is not None
+    assert error.code == "ABORTED_BEFORE_DISPATCH"
     assert await engine.pending() == []
     assert [c async for c in stream] == []
     with pytest.raises(RuntimeError, match="available once the step has finished"):

@@ -50,7 +50,7 @@ def build(workdir: Path) -> tr.ToolRegistry:
             append(ran, {"tool": name, "arguments": plain, "pid": os.getpid()})
             say("body", tool=name, arguments=plain)
             if name == "hang":
-                while not (workdir / "release").exists():
+                while not (workdir / "release").exists():  # noqa: ASYNC110 (another process releases it)
                     await asyncio.sleep(0.02)
             return f"{reply} {plain['x']}"
         return execute

@@ -60,6 +60,8 @@ class Execution:
     __slots__ = ("_arguments", "_call_id", "_durable_id", "_name", "_parent", "_scope",
                  "_signal", "_signal_writable", "_token")
 
+    _durable_id: str  # set by a durable engine only (``durable_id``)
+
     def __init__(
         self,
         token: ExecutionToken,

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from .lossless import JsonValue, thaw
+from .lossless import JsonValue, snapshot_json, thaw
 from .tool import ToolSchema
 
 __all__ = ["call_digest"]
 
 
-def call_digest(schema: ToolSchema, arguments: JsonValue) -> str:
+def call_digest(schema: ToolSchema, arguments: JsonValue | Mapping[str, Any]) -> str:
     """A SHA-256 (hex) of the tool's schema (name, description, parameters) and the call's
-    frozen arguments, as JSON with sorted keys.
+    arguments (frozen, or the plain JSON they were frozen from), as JSON with sorted keys.
 
     Two calls have the same digest exactly when the same tool definition would run the
     same arguments: a durable engine takes it when a call is parked for approval and
@@ -28,7 +29,8 @@ def call_digest(schema: ToolSchema, arguments: JsonValue) -> str:
     """
     if not isinstance(schema, ToolSchema):
         raise TypeError(f"call_digest takes a ToolSchema, got {type(schema).__name__}")
-    payload: Any = [schema.name, schema.description, thaw(schema.parameters), thaw(arguments)]
+    frozen = snapshot_json(arguments)  # ValueError: not JSON
+    payload: Any = [schema.name, schema.description, thaw(schema.parameters), thaw(frozen)]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -29,14 +29,14 @@ from dbos import DBOS as _DBOS
 from dbos import DBOSClient, SetWorkflowID
 
 from .._model.cancel import CancelController, CancelSignal
+from .._model.decisions import ApprovalOutcome
 from .._model.errors import ABORTED_BEFORE_DISPATCH
-from .._model.results import ToolResult
-from .._model.decisions import ApprovalOutcome, Approver
 from .._model.lossless import JsonValue, snapshot_json
+from .._model.results import ToolResult
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch, Committed, bind_calls
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data, call_to_data
-from ._journal import Record, StepJournal
+from ._journal import DurableApprover, Record, StepJournal
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -51,11 +51,24 @@ _TOPIC: Final = "toolrail.outcome"
 _VERSION: Final = "toolrail-durable-1"  # the record's layout: DBOS recovers only this version
 _WAITING: Final = ["PENDING", "ENQUEUED"]
 _ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once answered
+_ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
 _KINDS: Final = 4  # reserved DBOS steps per call: answer, marker, dispatch, result
 
 _NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
 
 _engines: dict[str, DBOS] = {}  # the engines of this process, by name (workflows find theirs)
+_arrivals: dict[str, asyncio.Event] = {}  # a recovered step waits here for its engine
+
+
+@dataclass
+class _Launched:
+    """The process's DBOS, as toolrail's own engines launched it (DBOS is one per process)."""
+
+    database: str | None = None
+    owners: int = 0
+
+
+_launched = _Launched()
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +141,7 @@ class DBOS:
     every ask when there is none) parks the call durably."""
 
     def __init__(self, registry: ToolRegistry, *, name: str, database: str | None = None,
-                 idempotent: Iterable[str] = (), approver: Approver | None = None,
+                 idempotent: Iterable[str] = (), approver: DurableApprover | None = None,
                  dbos: _DBOS | None = None) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValueError(f"name must be 3-256 lowercase letters, digits, '-' or '_' (a "
@@ -140,8 +153,7 @@ class DBOS:
         self.database = database or f"sqlite:///{name}.sqlite"
         self.idempotent = frozenset(idempotent)
         self.approver = approver
-        self._dbos = dbos
-        self._owned = dbos is None
+        self._owned = dbos is None  # else the application launches and destroys DBOS
         # the live side of the steps this process runs: their signal and commit listener
         self._live: dict[str, tuple[CancelSignal | None, _Listener | None]] = {}
         self._approvals: Approvals | None = None
@@ -155,8 +167,21 @@ class DBOS:
         other = _engines.get(self.name)
         if other is not None and other is not self:
             raise RuntimeError(f"a durable engine named {self.name!r} is already launched")
-        _engines[self.name] = self
         if self._owned:
+            self._launch_shared()
+        _engines[self.name] = self
+        _arrival(self.name).set()
+        self._launched = True
+
+    def _launch_shared(self) -> None:
+        """Launch the process's DBOS, or join it when another engine launched it on the
+        same database."""
+        if _launched.database is not None:
+            if _launched.database != self.database:
+                raise RuntimeError(
+                    f"DBOS runs one database per process: {_launched.database} is launched, "
+                    f"so an engine on {self.database} cannot be")
+        else:
             config: Any = {
                 "name": self.name, "system_database_url": self.database,
                 "application_version": _VERSION, "run_admin_server": False,
@@ -165,9 +190,10 @@ class DBOS:
             }
             if self.database.startswith("sqlite:"):
                 config["system_database_engine"] = _sqlite_engine(self.database)
-            self._dbos = _DBOS(config=config)
+            _DBOS(config=config)
             _DBOS.launch()
-        self._launched = True
+            _launched.database = self.database
+        _launched.owners += 1
 
     async def run(self, step_id: str, calls: Iterable[ToolCall], *, max_parallel: int = 10,
                   signal: CancelSignal | None = None) -> Batch:
@@ -223,7 +249,11 @@ class DBOS:
         if self._launched:
             self._launched = False
             _engines.pop(self.name, None)
+            _arrivals.pop(self.name, None)
             if self._owned:
+                _launched.owners -= 1
+            if self._owned and not _launched.owners:
+                _launched.database = None
                 _DBOS.destroy(workflow_completion_timeout_sec=0)
                 # DBOS made its own (now shut down) pool this loop's default executor:
                 # without a fresh one, the application's asyncio.to_thread would fail.
@@ -299,8 +329,9 @@ class DurableStream:
                 break
             self._arrived.clear()
             waiter = asyncio.ensure_future(self._arrived.wait())
+            either: list[asyncio.Future[Any]] = [task, waiter]
             try:
-                await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 waiter.cancel()
         index, self._next = self._next, self._next + 1
@@ -343,7 +374,8 @@ class _DBOSRecord(Record):
         record = cls()
         record.reserved = [[_DBOS.reserve_step() for _ in range(_KINDS)] for _ in range(count)]
         steps = await _outside(_DBOS.list_workflow_steps_async(workflow_id))
-        done = {s["function_id"]: s["output"] for s in steps if s["error"] is None}
+        done: dict[int, Any] = {s["function_id"]: s["output"] for s in steps
+                                if s["error"] is None}
         for index, (answer, marker, dispatch, result) in enumerate(record.reserved):
             if answer.step_id in done:
                 record.approvals[index] = done[answer.step_id]
@@ -386,8 +418,9 @@ class _DBOSRecord(Record):
 @_DBOS.workflow(name=_STEP)
 async def _step(engine: str, step_id: str, calls: list[Data], max_parallel: int) -> Data:
     owner = _engines.get(engine)
-    if owner is None:
-        raise RuntimeError(f"no durable engine named {engine!r} is launched in this process")
+    if owner is None:  # recovered when another engine launched DBOS: wait for its own
+        await _arrival(engine).wait()
+        owner = _engines[engine]
     return await owner._step(_DBOS.workflow_id or "", step_id, calls, max_parallel)
 
 
@@ -396,28 +429,47 @@ async def _approval(request: Data) -> Data:
     while True:
         message = await _DBOS.recv_async(_TOPIC, timeout_seconds=24 * 3600)
         if message is not None:
-            return {"outcome": str(message), "digest": request["digest"]}
+            answer = {"outcome": str(message), "digest": request["digest"]}
+            await _DBOS.set_event_async(_ANSWERED, answer)
+            return answer
 
 
 async def _approval_result(ticket: str, request: Data) -> Data:
-    # a workflow of its own, not the step's child: see the module's docstring; a person
-    # answers in seconds at best, and a thousand waiting approvals each poll
-    return await _result(ticket, _approval, request, poll=0.5)
+    """The answer of approval ``ticket``, asked with ``request`` unless it was asked
+    before. A workflow of its own, not the step's child: see the module's docstring. It
+    is awaited through its event, which DBOS's one notification listener delivers, not
+    through its result, which each waiter would poll: a thousand may wait at once."""
+    if not await _DBOS.list_workflows_async(workflow_ids=[ticket], load_input=False,
+                                            load_output=False):
+        with SetWorkflowID(ticket):
+            await _DBOS.start_workflow_async(_approval, request)
+    while True:
+        answer: Data | None = await _DBOS.get_event_async(ticket, _ANSWERED,
+                                                          timeout_seconds=3600)
+        if answer is not None:
+            return answer
 
 
-async def _result(workflow_id: str, workflow: Any, *args: Any, poll: float = 0.05) -> Data:
+async def _result(workflow_id: str, workflow: Any, *args: Any) -> Data:
     """The result of workflow ``workflow_id``, started with ``args`` unless it exists
     (run before, or recovered at launch: then its own inputs are the ones that count).
     A workflow running elsewhere (recovered by DBOS's queue thread) is polled every
-    ``poll`` seconds (DBOS's default is 1 s)."""
+    50 ms (DBOS's default is 1 s)."""
     if await _DBOS.list_workflows_async(workflow_ids=[workflow_id], load_input=False,
                                         load_output=False):
         handle: Any = await _DBOS.retrieve_workflow_async(workflow_id)
     else:
         with SetWorkflowID(workflow_id):
             handle = await _DBOS.start_workflow_async(workflow, *args)
-    out: Data = await handle.get_result(polling_interval_sec=poll)
+    out: Data = await handle.get_result(polling_interval_sec=0.05)
     return out
+
+
+def _arrival(name: str) -> asyncio.Event:
+    event = _arrivals.get(name)
+    if event is None:
+        event = _arrivals[name] = asyncio.Event()
+    return event
 
 
 def _sqlite_engine(url: str) -> Any:

@@ -4,8 +4,8 @@ The engine (DBOS, Temporal) records up to four things per call, each once: the
 approval's answer, a marker written just before dispatch, the dispatch outcome (stages
 8-9, as the body and around-execute middleware left it), and the committed result. A
 call of an idempotent tool records neither marker nor dispatch outcome: it may run
-again anyway, so its record is its answer and its result. ``StepJournal`` turns that record into the step's behaviour on a
-rerun:
+again anyway, so its record is its answer and its result. ``StepJournal`` turns that
+record into the step's behaviour on a rerun:
 
 - a recorded committed result is committed in model order without running anything;
 - a recorded dispatch result goes on to post-execute and commit without dispatching
@@ -24,9 +24,9 @@ code path, run again against the registry as it is at the rerun.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from .._dispatch.commit import finish
 from .._dispatch.failures import from_exception
@@ -34,7 +34,7 @@ from .._dispatch.materialize import materialize
 from .._dispatch.pipeline import run_dispatch
 from .._dispatch.state import FINAL, CallState
 from .._model.cancel import CancelSignal
-from .._model.decisions import ApprovalOutcome, ApprovalRequest, Approver
+from .._model.decisions import ApprovalOutcome, ApprovalRequest
 from .._model.digest import call_digest
 from .._model.errors import TOOL_CHANGED, ToolError, ToolInterruptedError
 from .._model.foreign import is_awaitable
@@ -46,7 +46,7 @@ from ._codec import Data, result_from_data, result_to_data
 if TYPE_CHECKING:
     from .._core.core import Core
 
-__all__ = ["PENDING", "Record", "StepJournal"]
+__all__ = ["PENDING", "DurableApprover", "Record", "StepJournal"]
 
 
 class _Pending:
@@ -60,6 +60,11 @@ class _Pending:
 
 PENDING: Final = _Pending()
 """An approver's answer under a durable engine: park the call and ask a person durably."""
+
+DurableApprover: TypeAlias = Callable[
+    [ApprovalRequest],
+    "ApprovalOutcome | str | _Pending | Awaitable[ApprovalOutcome | str | _Pending]"]
+"""An engine's approver: an ``Approver`` that may also answer ``PENDING``."""
 
 INTERRUPTED_MESSAGE: Final = "tool call was interrupted by a restart; it may have run"
 
@@ -95,7 +100,7 @@ class StepJournal:
     """One run of one durable step: its driver, approver and record."""
 
     def __init__(self, core: Core, step_id: str, ticket_prefix: str, record: Record,
-                 idempotent: Collection[str], approver: Approver | None) -> None:
+                 idempotent: Collection[str], approver: DurableApprover | None) -> None:
         self.core = core
         self.step_id = step_id
         self.ticket_prefix = ticket_prefix
@@ -172,7 +177,7 @@ class StepJournal:
         if answer is None:
             approver = self.approver
             if approver is not None:
-                outcome = approver(request)
+                outcome: Any = approver(request)
                 if is_awaitable(outcome):
                     outcome = await outcome
                 if outcome is not PENDING:
