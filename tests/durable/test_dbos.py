@@ -246,3 +246,20 @@ async def test_closing_a_durable_stream_early_cancels_the_rest_of_the_step(
     assert [c async for c in stream] == []
     with pytest.raises(RuntimeError, match="available once the step has finished"):
         _ = engine.stream("t", calls("echo")).batch
+
+
+async def test_engines_share_the_process_dbos_on_one_database(tools: Tools,
+                                                              tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    first = durable.DBOS(tools.registry, name="first", database=database)
+    second = durable.DBOS(tools.registry, name="second", database=database)
+    elsewhere = durable.DBOS(tools.registry, name="third",
+                             database=f"sqlite:///{tmp_path / 'other.sqlite'}")
+    async with first, second:
+        with pytest.raises(RuntimeError, match="DBOS runs one database per process"):
+            await elsewhere.launch()
+        with pytest.raises(RuntimeError, match="an engine named 'first' is already launched"):
+            await durable.DBOS(tools.registry, name="first", database=database).launch()
+        await first.aclose()  # the other one keeps the process's DBOS
+        batch = await second.run("s", calls("echo"))
+        assert batch.results[0].text == "echo 0"

@@ -166,7 +166,7 @@ class DBOS:
             return
         other = _engines.get(self.name)
         if other is not None and other is not self:
-            raise RuntimeError(f"a durable engine named {self.name!r} is already launched")
+            raise RuntimeError(f"an engine named {self.name!r} is already launched")
         if self._owned:
             self._launch_shared()
         _engines[self.name] = self
