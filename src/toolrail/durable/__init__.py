@@ -9,21 +9,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._journal import PENDING
+from ._journal import PENDING, DurableApprover
+from ._shared import PendingApproval
 
 if TYPE_CHECKING:
-    from ._dbos import DBOS, Approvals, DurableStream, PendingApproval
+    from ._dbos import DBOS, Approvals, DurableStream
+    from ._temporal import Temporal
 
-__all__ = ["DBOS", "PENDING", "Approvals", "DurableStream", "PendingApproval"]
+__all__ = ["DBOS", "PENDING", "Approvals", "DurableApprover", "DurableStream",
+           "PendingApproval", "Temporal"]
+
+_ENGINES = {"DBOS": ("_dbos", "dbos"), "Approvals": ("_dbos", "dbos"),
+            "DurableStream": ("_dbos", "dbos"), "Temporal": ("_temporal", "temporal")}
 
 
 def __getattr__(name: str) -> Any:
-    """The DBOS engine loads on first use: ``toolrail[dbos]`` is an optional extra."""
-    if name in ("DBOS", "Approvals", "DurableStream", "PendingApproval"):
-        try:
-            from . import _dbos
-        except ImportError as exc:
-            raise ImportError(
-                f"toolrail.durable.{name} needs DBOS: pip install 'toolrail[dbos]'") from exc
-        return getattr(_dbos, name)
-    raise AttributeError(f"module 'toolrail.durable' has no attribute {name!r}")
+    """An engine loads on first use: ``toolrail[dbos]`` and ``toolrail[temporal]`` are
+    optional extras."""
+    where = _ENGINES.get(name)
+    if where is None:
+        raise AttributeError(f"module 'toolrail.durable' has no attribute {name!r}")
+    module, extra = where
+    import importlib
+
+    try:
+        loaded = importlib.import_module(f"{__name__}.{module}")
+    except ImportError as exc:
+        raise ImportError(f"toolrail.durable.{name} needs the {extra} extra: pip install "
+                          f"'toolrail[{extra}]'") from exc
+    return getattr(loaded, name)

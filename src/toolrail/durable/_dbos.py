@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Coroutine, Iterable
@@ -31,12 +29,12 @@ from dbos import DBOSClient, SetWorkflowID
 from .._model.cancel import CancelController, CancelSignal
 from .._model.decisions import ApprovalOutcome
 from .._model.errors import ABORTED_BEFORE_DISPATCH
-from .._model.lossless import JsonValue, snapshot_json
 from .._model.results import ToolResult
 from .._model.tool import ToolCall
-from .._scheduling.scheduler import Batch, Committed, bind_calls
-from ._codec import Data, batch_from_data, batch_to_data, call_from_data, call_to_data
+from .._scheduling.scheduler import Batch, Committed
+from ._codec import Data, batch_from_data, batch_to_data, call_from_data
 from ._journal import DurableApprover, Record, StepJournal
+from ._shared import PendingApproval, calls_digest, checked_step, pending_approval
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -71,20 +69,6 @@ class _Launched:
 _launched = _Launched()
 
 
-@dataclass(frozen=True, slots=True)
-class PendingApproval:
-    """One call parked for a person's answer."""
-
-    ticket: str
-    step_id: str
-    index: int
-    call_id: str
-    tool_name: str
-    arguments: JsonValue  # frozen: exactly what the call will run if approved
-    reason: str | None
-    asked_at: float  # seconds since the epoch
-
-
 class Approvals:
     """The waiting approvals of one database, from any process; no agent needs to run.
 
@@ -100,7 +84,7 @@ class Approvals:
         workflows = await self._client.list_workflows_async(
             name=_APPROVAL, status=_WAITING, workflow_id_prefix=self._prefix or None,
             load_output=False)
-        out = [_pending(workflow.input["args"][0]) for workflow in workflows
+        out = [pending_approval(workflow.input["args"][0]) for workflow in workflows
                if workflow.input and _ANSWER not in (workflow.attributes or {})]
         return sorted(out, key=lambda p: p.asked_at)
 
@@ -212,12 +196,9 @@ class DBOS:
 
     def _checked(self, step_id: str, calls: Iterable[ToolCall], max_parallel: int,
                  signal: CancelSignal | None) -> tuple[list[ToolCall], list[Data]]:
-        if not isinstance(step_id, str) or not step_id:
-            raise ValueError("step_id must be a non-empty str")
         if not self._launched:
             raise RuntimeError("launch() the engine before running steps")
-        listed, _ = bind_calls(calls, max_parallel, signal, None, False)
-        return listed, [call_to_data(call) for call in listed]
+        return checked_step(step_id, calls, max_parallel, signal)
 
     async def _run(self, step_id: str, data: list[Data], max_parallel: int,
                    signal: CancelSignal | None,
@@ -228,7 +209,7 @@ class DBOS:
             out = await _result(workflow_id, _step, self.name, step_id, data, max_parallel)
         finally:
             self._live.pop(workflow_id, None)
-        if out["calls"] != _digest(data):
+        if out["calls"] != calls_digest(data):
             raise ValueError(f"step {step_id!r} was already run with other calls")
         return batch_from_data(out["batch"])
 
@@ -281,7 +262,7 @@ class DBOS:
         driver = journal.make_driver(calls, [c.scope for c in calls], max_parallel, signal)
         with self.registry._core.approving(journal.approve):
             await driver.run(on_commit)
-        return {"calls": _digest(data), "batch": batch_to_data(driver.final())}
+        return {"calls": calls_digest(data), "batch": batch_to_data(driver.final())}
 
 
 class DurableStream:
@@ -509,13 +490,3 @@ def _identity(value: T) -> T:
     return value
 
 
-def _digest(data: list[Data]) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _pending(request: Data) -> PendingApproval:
-    return PendingApproval(request["ticket"], request["step_id"], request["index"],
-                           request["call_id"], request["tool_name"],
-                           snapshot_json(request["arguments"]),
-                           request["reason"], request["asked_at"])

@@ -1,0 +1,96 @@
+"""The Temporal workflow of a durable step (``durable.Temporal``): its record, nothing else.
+
+It runs in Temporal's workflow sandbox, so it imports only ``temporalio`` and the
+standard library, and holds no policy: the step itself (the scheduler's driver, the
+pipeline, the bodies) runs in one activity, ``toolrail.step.<engine name>``, which
+records through this workflow's updates and reads the record back through its query
+when a retry of the activity resumes the step on another worker.
+
+Every key is a ``str``: Temporal's JSON converter would turn ``int`` keys into
+strings on the way back.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
+
+__all__ = ["HEARTBEAT", "KINDS", "Step"]
+
+KINDS = ("mark", "dispatch", "result")  # the record kinds besides the approvals
+HEARTBEAT = timedelta(seconds=2)  # a dead worker's step moves to a live one after this
+
+
+@workflow.defn(name="toolrail.step")
+class Step:
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+        self.asked: dict[str, dict[str, Any]] = {}  # index -> the request as first asked
+        self.answers: dict[str, str] = {}  # index -> outcome
+        self.withdrawn: set[str] = set()
+        self.activity: workflow.ActivityHandle[Any] | None = None
+
+    @workflow.run
+    async def run(self, engine: str, step_id: str, calls: list[Any],
+                  max_parallel: int) -> dict[str, Any]:
+        self.activity = workflow.start_activity(
+            f"toolrail.step.{engine}", args=[workflow.info().workflow_id, step_id, calls,
+                                             max_parallel],
+            start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=HEARTBEAT,
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
+                                     maximum_interval=timedelta(seconds=5)),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+        out: dict[str, Any] = await self.activity
+        return out
+
+    @workflow.update
+    def record(self, kind: str, index: str, data: Any) -> Any:
+        """Record ``data`` once; an approval request returns the one first asked."""
+        if kind == "ask":
+            first = self.asked.setdefault(index, data)
+            self._publish()
+            return first
+        self.records[kind].setdefault(index, data)
+        return None
+
+    @workflow.update
+    async def answer_of(self, index: str) -> dict[str, Any]:
+        """The answer to approval ``index``, once a person gave it."""
+        await workflow.wait_condition(lambda: index in self.answers)
+        return {"outcome": self.answers[index], "digest": self.asked[index]["digest"]}
+
+    @workflow.signal
+    def answer(self, index: str, outcome: str) -> None:
+        """A person's answer; the first one counts."""
+        if index in self.asked and index not in self.answers and index not in self.withdrawn:
+            self.answers[index] = outcome
+            self._publish()
+
+    @workflow.update
+    def withdraw(self, index: str) -> None:
+        """Approval ``index`` is no longer asked (its call was cancelled)."""
+        if index not in self.answers:
+            self.withdrawn.add(index)
+            self._publish()
+
+    @workflow.signal
+    def cancel(self) -> None:
+        """Cancel the step: its activity's cancellation fires the batch signal."""
+        if self.activity is not None:
+            self.activity.cancel()
+
+    @workflow.query
+    def state(self) -> dict[str, Any]:
+        answers = {i: {"outcome": o, "digest": self.asked[i]["digest"]}
+                   for i, o in self.answers.items()}
+        return {"records": self.records, "answers": answers}
+
+    def _publish(self) -> None:
+        """The memo ``pending()`` and ``resume()`` read, with no worker running."""
+        waiting = [r for i, r in self.asked.items()
+                   if i not in self.answers and i not in self.withdrawn]
+        workflow.upsert_memo({"pending": waiting, "answered": sorted(self.answers)})
