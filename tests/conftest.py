@@ -4,10 +4,19 @@ The soak tests (tests/test_soak.py) run a small version by default; ``--soak-ful
 ``TOOLRAIL_SOAK=full`` runs the full one (see docs/guarantees.md).
 
 Fixtures: ``registry`` (a fresh ``ToolRegistry``) and ``log`` (a ``helpers.Recorder``); a
-test file may define its own fixture of the same name, which then wins.
+test file may define its own fixture of the same name, which then wins. The durable tests'
+``backend`` (DBOS or Temporal, each test on both) and ``temporal_server`` (a dev server
+for the session, skipped with the reason where it cannot start) import their helpers
+only when used: the rest of the suite needs neither engine.
 """
 
 from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,3 +48,30 @@ def registry() -> tr.ToolRegistry:
 @pytest.fixture
 def log() -> Recorder:
     return Recorder()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if importlib.util.find_spec("temporalio") is None:
+        pytest.skip("temporalio is not installed (toolrail[temporal])")
+    from durable_helpers import TemporalServer
+
+    server = TemporalServer(tmp_path_factory.mktemp("temporal"))
+    try:
+        asyncio.run(server.start())
+    except Exception as exc:
+        pytest.skip(f"the Temporal dev server did not start: {exc}")
+    try:
+        yield server.target
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["dbos", "temporal"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """The engine a durable test's agents run on: each test runs on both."""
+    from durable_helpers import Engine
+
+    if request.param == "dbos":
+        return Engine("dbos", tmp_path)
+    return Engine("temporal", tmp_path, request.getfixturevalue("temporal_server"))

@@ -18,10 +18,38 @@ from typing import Any
 
 import pytest
 
+import toolrail as tr
+
 pytest.importorskip("dbos", reason="the durable tests need toolrail[dbos]")
 
 AGENT = Path(__file__).parent / "durable_fixtures" / "agent.py"
 WAIT = 30.0  # seconds an event may take to come: a bound for a hang, not a timing
+
+
+class Tools:
+    """A registry of ``echo`` (parallel-safe) and ``delete`` (requires approval), with what
+    ran and what its observers saw, for the tests that run an engine in their process."""
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, Any]] = []
+        self.observed: list[tuple[str | None, str]] = []
+        self.registry = tr.ToolRegistry()
+        for name, approval in (("echo", False), ("delete", True)):
+            self.registry.register(tr.Tool(
+                name=name, description=f"{name} x.", parameters={"type": "object"},
+                execute=self._body(name), requires_approval=approval,
+                concurrency_safe=not approval))
+        self.registry.on_result(
+            lambda e, r: self.observed.append((e.durable_id, r.text)))
+
+    def _body(self, name: str) -> Any:
+        async def execute(arguments: Any, ctx: tr.RunContext) -> str:
+            self.ran.append((name, tr.thaw(arguments)))
+            return f"{name} {arguments['x']}"
+        return execute
+
+
+def calls(*names: str) -> list[tr.ToolCall]:
+    return [tr.ToolCall(call_id=f"c{i}", name=n, arguments={"x": i}) for i, n in enumerate(names)]
 
 
 class Engine:
@@ -85,9 +113,9 @@ class Engine:
         from temporalio.client import Client
         from temporalio.service import RPCError
 
-        client = await Client.connect(self.temporal)
+        temporal = await Client.connect(self.temporal)
         try:
-            state = await client.get_workflow_handle(workflow_id).query("state")
+            state = await temporal.get_workflow_handle(workflow_id).query("state")
         except RPCError:  # not started yet
             return []
         return [texts([o["result"]])[0] for o in state["records"]["dispatch"].values()]
@@ -200,9 +228,7 @@ class TemporalServer:
                    "--db-filename", str(self.directory / "temporal.db")]
         for value in self.FAST:
             command += ["--dynamic-config-value", value]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+        self.process = self._spawn(command)
         deadline = time.monotonic() + WAIT
         while True:
             if self.process.poll() is not None:
@@ -215,6 +241,11 @@ class TemporalServer:
                     self.stop()
                     raise
                 await asyncio.sleep(0.05)
+
+    @staticmethod
+    def _spawn(command: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
 
     def stop(self) -> None:
         process = self.process

@@ -13,7 +13,8 @@ EXPECTED = [
     "PostMiddleware", "PreDecision", "PreMiddleware", "Progress", "ResultObserver", "RunContext",
     "Scope",
     "TextContent", "Tool", "ToolAbortedError", "ToolArgsError", "ToolCall", "ToolError",
-    "ToolInterruptedError", "ToolNotFoundError", "ToolOutput", "ToolOutputError", "ToolRegistry", "ToolResult",
+    "ToolInterruptedError", "ToolNotFoundError", "ToolOutput", "ToolOutputError", "ToolRegistry",
+    "ToolResult",
     "ToolSchema", "ToolTimeoutError", "call_digest", "snapshot_json", "thaw", "tool",
 ]
 

@@ -10,34 +10,10 @@ from typing import Any
 import pytest
 
 import toolrail as tr
-from durable_helpers import WAIT
+from durable_helpers import WAIT, Tools, calls
 from toolrail import durable
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Tools:
-    def __init__(self) -> None:
-        self.ran: list[tuple[str, Any]] = []
-        self.observed: list[tuple[str | None, str]] = []
-        self.registry = tr.ToolRegistry()
-        for name, approval in (("echo", False), ("delete", True)):
-            self.registry.register(tr.Tool(
-                name=name, description=f"{name} x.", parameters={"type": "object"},
-                execute=self._body(name), requires_approval=approval,
-                concurrency_safe=not approval))
-        self.registry.on_result(
-            lambda e, r: self.observed.append((e.durable_id, r.text)))
-
-    def _body(self, name: str) -> Any:
-        async def execute(arguments: Any, ctx: tr.RunContext) -> str:
-            self.ran.append((name, tr.thaw(arguments)))
-            return f"{name} {arguments['x']}"
-        return execute
-
-
-def calls(*names: str) -> list[tr.ToolCall]:
-    return [tr.ToolCall(call_id=f"c{i}", name=n, arguments={"x": i}) for i, n in enumerate(names)]
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_helpers import WAIT, Engine, lines, texts
 
 import toolrail as tr
+from durable_helpers import WAIT, Engine, lines, texts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -21,9 +21,9 @@ async def settled(approvals: Any, count: int) -> list[Any]:
     """The waiting approvals, once there are ``count`` (Temporal lists them from its
     visibility store, which lags its workflows by a moment)."""
     async with asyncio.timeout(WAIT):
-        while len(pending := await approvals.pending()) != count:
-            await asyncio.sleep(0.05)  # noqa: ASYNC110 (the record is the engine's)
-    return pending
+        while len(pending := await approvals.pending()) != count:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return list(pending)
 
 
 async def test_an_approval_pending_at_a_kill_is_answered_with_no_agent_and_runs_once(

@@ -84,10 +84,10 @@ async def main(workdir: Path, step_id: str, spec: list[list[Any]]) -> None:
     from temporalio.client import Client
 
     client = await Client.connect(temporal)
-    engine = durable.Temporal(registry, client, name="agent", idempotent=idempotent,
-                              task_queue=os.environ["TOOLRAIL_TEST_QUEUE"])
-    async with engine.worker():
-        await step(engine, step_id, spec)
+    on_temporal = durable.Temporal(registry, client, name="agent", idempotent=idempotent,
+                                   task_queue=os.environ["TOOLRAIL_TEST_QUEUE"])
+    async with on_temporal.worker():
+        await step(on_temporal, step_id, spec)
 
 
 async def step(engine: Any, step_id: str, spec: list[list[Any]]) -> None:

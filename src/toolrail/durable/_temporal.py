@@ -102,8 +102,12 @@ class Temporal:
                 task_timeout=_TASK_TIMEOUT)
         except WorkflowAlreadyStartedError:
             handle = self.client.get_workflow_handle(workflow_id)
-        unhook = None if signal is None else signal.add_callback(
-            lambda: asyncio.ensure_future(handle.signal("cancel")))
+        sent: list[asyncio.Future[None]] = []  # held: a task nobody holds may be collected
+
+        def cancel() -> None:
+            sent.append(asyncio.ensure_future(handle.signal("cancel")))
+
+        unhook = None if signal is None else signal.add_callback(cancel)
         try:
             out: Data = await handle.result()
         finally:

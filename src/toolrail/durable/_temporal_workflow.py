@@ -57,11 +57,15 @@ class Step:
         self.records[kind].setdefault(index, data)
         return None
 
-    @workflow.update
+    @workflow.update(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def answer_of(self, index: str) -> dict[str, Any]:
-        """The answer to approval ``index``, once a person gave it."""
-        await workflow.wait_condition(lambda: index in self.answers)
-        return {"outcome": self.answers[index], "digest": self.asked[index]["digest"]}
+        """The answer to approval ``index``, once a person gave it (``cancelled`` once it
+        was withdrawn). A step that ends with one still waiting (its activity's attempt
+        died waiting) abandons it."""
+        await workflow.wait_condition(
+            lambda: index in self.answers or index in self.withdrawn)
+        outcome = self.answers.get(index, "cancelled")
+        return {"outcome": outcome, "digest": self.asked[index]["digest"]}
 
     @workflow.signal
     def answer(self, index: str, outcome: str) -> None:
