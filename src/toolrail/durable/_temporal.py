@@ -69,15 +69,16 @@ class Temporal:
 
     def worker(self, **options: Any) -> Worker:
         """A ``temporalio.worker.Worker`` that runs this engine's steps; ``options`` go to
-        it. By default it caches no workflow: a workflow cached by a worker that died
-        would wait for that worker's queue to time out (about 10 s) before its next
-        update, where a replay of the short record costs milliseconds."""
+        it. By default a workflow cached by a worker that died moves to another worker
+        after 1 s (``sticky_queue_schedule_to_start_timeout``; Temporal's default is 10 s),
+        and toolrail passes through Temporal's workflow sandbox (the workflow imports none
+        of it, and would otherwise re-import it on every run)."""
         @activity.defn(name=f"toolrail.step.{self.name}")
         async def step(workflow_id: str, step_id: str, calls: list[Data],
                        max_parallel: int) -> Data:
             return await self._activity(workflow_id, step_id, calls, max_parallel)
 
-        options.setdefault("max_cached_workflows", 0)
+        options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("toolrail")))
         return Worker(self.client, task_queue=self.task_queue, workflows=[Step],
