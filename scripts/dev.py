@@ -215,7 +215,8 @@ def split_python_options(rest: list[str]) -> tuple[list[str] | None, list[str]]:
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
     if command == "demo":
-        ensure_venv("cli,code" if "--code" in rest else "cli")
+        extras = {"--code": "cli,code", "--durable": "cli,dbos"}
+        ensure_venv(next((extras[a] for a in rest if a in extras), "cli"))
         return run(str(BIN / "toolrail"), "demo", *rest)
     if command == "test":
         return test(rest)

@@ -239,3 +239,25 @@ async def test_engines_share_the_process_dbos_on_one_database(tools: Tools,
         await first.aclose()  # the other one keeps the process's DBOS
         batch = await second.run("s", calls("echo"))
         assert batch.results[0].text == "echo 0"
+
+
+async def test_an_engine_joins_the_applications_own_dbos(tools: Tools, tmp_path: Path) -> None:
+    from dbos import DBOS
+
+    url = f"sqlite:///{tmp_path / 'app.sqlite'}"
+    with pytest.raises(ValueError, match="with dbos=, pass database= too"):
+        durable.DBOS(tools.registry, name="unit", dbos=object())  # type: ignore[arg-type]
+    app = DBOS(config={"name": "the-app", "system_database_url": url,
+                       "run_admin_server": False, "log_level": "WARNING"})
+    engine = durable.DBOS(tools.registry, name="unit", database=url, dbos=app)
+    await engine.launch()
+    DBOS.launch()
+    try:
+        step = asyncio.ensure_future(engine.run("s", calls("delete")))
+        (approval,) = await waiting(engine)
+        await engine.resume(approval.ticket, "allowed-once")
+        assert (await step).results[0].text == "delete 0"
+        await engine.aclose()  # the application's DBOS is the application's to stop
+        assert await DBOS.list_workflows_async(workflow_ids=["unit:s"])
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)

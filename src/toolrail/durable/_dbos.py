@@ -119,8 +119,8 @@ class DBOS:
     """Durable steps of ``registry`` on DBOS Transact; see durable.md.
 
     ``database`` defaults to ``sqlite:///<name>.sqlite``; ``dbos`` takes a ``DBOS``
-    instance the application configured (then ``launch`` and ``aclose`` leave its life to
-    the application). ``idempotent`` names the tools whose calls may run again when a
+    instance the application configured, with its ``database`` URL (then ``launch`` and
+    ``aclose`` leave DBOS's life to the application, which launches it after ``launch``). ``idempotent`` names the tools whose calls may run again when a
     process died inside their body. ``approver`` is asked first; its ``PENDING`` (and
     every ask when there is none) parks the call durably."""
 
@@ -134,6 +134,9 @@ class DBOS:
             raise TypeError("idempotent must be an iterable of tool names, not a str")
         self.registry = registry
         self.name = name
+        if dbos is not None and database is None:
+            raise ValueError("with dbos=, pass database= too: the URL of that DBOS's system "
+                             "database, where pending() and resume() read")
         self.database = database or f"sqlite:///{name}.sqlite"
         self.idempotent = frozenset(idempotent)
         self.approver = approver
