@@ -261,3 +261,33 @@ async def test_an_engine_joins_the_applications_own_dbos(tools: Tools, tmp_path:
         assert await DBOS.list_workflows_async(workflow_ids=["unit:s"])
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+async def test_a_code_mode_programs_nested_approval_is_the_approvers_not_the_records(
+        tmp_path: Path) -> None:
+    pytest.importorskip("pydantic_monty")
+    from toolrail.code import CodeSettings
+
+    asked: list[str] = []
+
+    def approver(request: tr.ApprovalRequest) -> Any:
+        asked.append(request.tool_name)
+        return durable.PENDING
+
+    async with tr.ToolRegistry(presentation="code",
+                               code=CodeSettings(type_check=False)) as registry:
+        @registry.tool(requires_approval=True)
+        async def delete(x: int) -> str:
+            """Delete x."""
+            return f"deleted {x}"
+
+        program = tr.ToolCall(call_id="p", name="run_code", arguments={
+            "code": "try:\n    r = await tools.delete({'x': 1})\nexcept ToolCallError as e:\n"
+                    "    r = tool_call_error(e).message\nr\n"})
+        async with durable.DBOS(registry, name="unit", approver=approver,
+                                database=f"sqlite:///{tmp_path / 'code.sqlite'}") as engine:
+            (result,) = (await engine.run("s", [program])).results
+            assert await engine.pending() == []
+    assert asked == ["delete"]
+    assert tr.thaw(result.value)["result"] == (
+        'tool "delete" requires approval, but no approval channel is available')

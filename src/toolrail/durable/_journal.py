@@ -24,6 +24,7 @@ code path, run again against the registry as it is at the rerun.
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from collections.abc import Awaitable, Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -57,6 +58,10 @@ class _Pending:
     def __repr__(self) -> str:
         return "durable.PENDING"
 
+
+# Set while a call of a durable step dispatches: an approval asked then is a nested call's
+# (a code-mode program's), which the step's record does not hold (see ``approve``).
+_DISPATCHING: ContextVar[bool] = ContextVar("toolrail_durable_dispatching", default=False)
 
 PENDING: Final = _Pending()
 """An approver's answer under a durable engine: park the call and ask a person durably."""
@@ -144,12 +149,16 @@ class StepJournal:
         """Stages 8-9: after the marker that says the body may have started, and before
         the record of what dispatch left (an idempotent tool's call: neither)."""
         index = self.indexes.pop(id(state), None)
-        if index is None:
+        token = _DISPATCHING.set(True)
+        try:
+            if index is None:
+                await run_dispatch(core, state)
+                return
+            record = self.record
+            await record.mark(index)
             await run_dispatch(core, state)
-            return
-        record = self.record
-        await record.mark(index)
-        await run_dispatch(core, state)
+        finally:
+            _DISPATCHING.reset(token)
         result = state.result
         assert result is not None
         if not state.trusted:  # stage 11's materialization, early: the record is frozen
@@ -172,21 +181,32 @@ class StepJournal:
         """The approver of a durable step's calls (stage 4)."""
         driver = self.driver
         assert driver is not None
+        if _DISPATCHING.get():
+            # A nested call of a program in this step: the record holds the step's calls
+            # only, so its approval is the approver's, and cannot wait durably.
+            outcome = await self._asked_first(request)
+            return ApprovalOutcome.UNAVAILABLE if outcome is PENDING else outcome
         index = driver.started - 1  # prepare runs one call at a time, in the driver
         answer = self.record.approvals.get(index)
         if answer is None:
-            approver = self.approver
-            if approver is not None:
-                outcome: Any = approver(request)
-                if is_awaitable(outcome):
-                    outcome = await outcome
-                if outcome is not PENDING:
-                    return outcome
+            outcome = await self._asked_first(request)
+            if outcome is not PENDING:
+                return outcome
             answer = await self.record.ask(index, self._asked(index, request))
         if answer["digest"] != self._digest(request):
             raise ToolError(f'tool "{request.tool_name}" changed while its call waited for '
                             "approval", code=TOOL_CHANGED)
         return ApprovalOutcome(answer["outcome"])
+
+    async def _asked_first(self, request: ApprovalRequest) -> Any:
+        """The engine's approver's answer (``PENDING`` when there is none)."""
+        approver = self.approver
+        if approver is None:
+            return PENDING
+        outcome: Any = approver(request)
+        if is_awaitable(outcome):
+            outcome = await outcome
+        return outcome
 
     def _asked(self, index: int, request: ApprovalRequest) -> Data:
         return {
