@@ -247,8 +247,7 @@ async def test_an_engine_joins_the_applications_own_dbos(tools: Tools, tmp_path:
     url = f"sqlite:///{tmp_path / 'app.sqlite'}"
     with pytest.raises(ValueError, match="with dbos=, pass database= too"):
         durable.DBOS(tools.registry, name="unit", dbos=object())  # type: ignore[arg-type]
-    app = DBOS(config={"name": "the-app", "system_database_url": url,
-                       "run_admin_server": False, "log_level": "WARNING"})
+    app = DBOS(config={"name": "the-app", "system_database_url": url, "log_level": "WARNING"})
     engine = durable.DBOS(tools.registry, name="unit", database=url, dbos=app)
     await engine.launch()
     DBOS.launch()

@@ -120,8 +120,9 @@ class DBOS:
 
     ``database`` defaults to ``sqlite:///<name>.sqlite``; ``dbos`` takes a ``DBOS``
     instance the application configured, with its ``database`` URL (then ``launch`` and
-    ``aclose`` leave DBOS's life to the application, which launches it after ``launch``). ``idempotent`` names the tools whose calls may run again when a
-    process died inside their body. ``approver`` is asked first; its ``PENDING`` (and
+    ``aclose`` leave DBOS's life to the application, which launches it after ``launch``).
+    ``idempotent`` names the tools whose calls may run again when a process died inside
+    their body. ``approver`` is asked first; its ``PENDING`` (and
     every ask when there is none) parks the call durably."""
 
     def __init__(self, registry: ToolRegistry, *, name: str, database: str | None = None,
@@ -171,7 +172,7 @@ class DBOS:
         else:
             config: Any = {
                 "name": self.name, "system_database_url": self.database,
-                "application_version": _VERSION, "run_admin_server": False,
+                "application_version": _VERSION,
                 "log_level": os.environ.get("TOOLRAIL_DBOS_LOG_LEVEL", "WARNING"),
                 "notification_listener_polling_interval_sec": 0.05,
             }

@@ -24,8 +24,8 @@ code path, run again against the registry as it is at the rerun.
 from __future__ import annotations
 
 import time
-from contextvars import ContextVar
 from collections.abc import Awaitable, Callable, Collection, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
