@@ -131,3 +131,40 @@ async def test_observers_see_each_result_once_across_a_kill_and_a_finished_step_
     assert again == results
     assert len(lines(tmp_path / "observed.jsonl")) == 3
     assert len(lines(tmp_path / "ran.jsonl")) == 4  # echo, hang, hang again, echo
+
+
+PROGRAM = """\
+a = await tools.echo({"x": 0})
+try:
+    b = await tools.hang({"x": 1})
+except ToolCallError as error:
+    b = tool_call_error(error).code
+c = await tools.echo({"x": 2})
+[a, b, c]
+"""
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["in-flight", "idempotent"])
+async def test_a_program_killed_mid_way_runs_again_with_its_finished_nested_calls_replayed(
+        backend: Engine, tmp_path: Path, idempotent: bool) -> None:
+    pytest.importorskip("pydantic_monty")
+    env = {"TOOLRAIL_TEST_CODE": "1", "TOOLRAIL_TEST_IDEMPOTENT": "hang" if idempotent else ""}
+    step = [["run_code", {"code": PROGRAM}]]
+    step_id = f"p-{idempotent}"  # Temporal's workflow IDs are the server's, not the test's
+    first = backend.agent(step_id, step, **env)
+    first.wait_for("body", tool="hang")
+    first.kill()
+    (tmp_path / "release").touch()
+
+    second = backend.agent(step_id, step, **env)
+    (result,) = second.batch()
+    assert result["error"] is None, result
+    middle = "hung 1" if idempotent else "INTERRUPTED"
+    assert result["value"]["result"] == ["echo 0", middle, "echo 2"]
+    ran = [(r["tool"], r["arguments"]["x"], r["pid"]) for r in lines(tmp_path / "ran.jsonl")]
+    hangs = [(pid,) for tool, _, pid in ran if tool == "hang"]
+    assert ran[0] == ("echo", 0, first.process.pid)  # run once: replayed in the second
+    assert [(t, x) for t, x, _ in ran].count(("echo", 0)) == 1
+    assert ran[-1] == ("echo", 2, second.process.pid)
+    assert hangs == ([(first.process.pid,), (second.process.pid,)] if idempotent
+                     else [(first.process.pid,)])

@@ -14,6 +14,7 @@ Every body start is also appended to ``workdir/ran.jsonl`` and every observed re
 tool ``hang`` blocks until ``workdir/release`` exists (it is checked before it blocks).
 ``TOOLRAIL_TEST_VERSION`` changes the description of ``delete`` (a changed tool), and
 ``TOOLRAIL_TEST_IDEMPOTENT`` names the idempotent tools (comma-separated).
+``TOOLRAIL_TEST_CODE=1`` presents the tools in code mode (a step of ``run_code`` calls).
 ``TOOLRAIL_TEST_TEMPORAL=<host:port>`` runs the step on that Temporal server (with a
 worker in this process, on the task queue ``TOOLRAIL_TEST_QUEUE``) instead of DBOS.
 """
@@ -43,7 +44,12 @@ def append(path: Path, record: dict[str, Any]) -> None:
 
 
 def build(workdir: Path) -> tr.ToolRegistry:
-    registry = tr.ToolRegistry()
+    if os.environ.get("TOOLRAIL_TEST_CODE"):
+        from toolrail.code import CodeSettings
+
+        registry = tr.ToolRegistry(presentation="code", code=CodeSettings(type_check=False))
+    else:
+        registry = tr.ToolRegistry()
     ran = workdir / "ran.jsonl"
 
     def body(name: str, reply: str) -> Any:
@@ -74,6 +80,12 @@ def build(workdir: Path) -> tr.ToolRegistry:
 async def main(workdir: Path, step_id: str, spec: list[list[Any]]) -> None:
     idempotent = [t for t in os.environ.get("TOOLRAIL_TEST_IDEMPOTENT", "").split(",") if t]
     registry = build(workdir)
+    async with registry:
+        await on_engine(registry, workdir, step_id, spec, idempotent)
+
+
+async def on_engine(registry: tr.ToolRegistry, workdir: Path, step_id: str,
+                    spec: list[list[Any]], idempotent: list[str]) -> None:
     temporal = os.environ.get("TOOLRAIL_TEST_TEMPORAL")
     if temporal is None:
         engine = durable.DBOS(registry, name="agent", idempotent=idempotent,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import AsyncGenerator, Callable, Coroutine, Hashable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -46,6 +47,21 @@ if TYPE_CHECKING:
     from .._core.core import Core
 
 
+# A durable step sets this while one of its run_code calls dispatches: the factory of the
+# program's driver, which records and replays the nested calls (``toolrail.durable``).
+PROGRAM_DRIVERS: ContextVar[Callable[[Core, int], Driver] | None] = ContextVar(
+    "toolrail_program_drivers", default=None)
+
+
+def program_driver(core: Core, max_parallel: int) -> Driver:
+    """The open driver of a code-mode program's nested calls (a durable one in a durable
+    step)."""
+    factory = PROGRAM_DRIVERS.get()
+    if factory is None:
+        return Driver(core, [], [], max_parallel, None, Feed.OPEN)
+    return factory(core, max_parallel)
+
+
 class Journal(Protocol):
     """What a durable step gives its driver (``toolrail.durable``)."""
 
@@ -53,7 +69,8 @@ class Journal(Protocol):
         """Stages 11-13 of call ``index``: set ``state.result``, recorded before the
         observers see it."""
 
-__all__ = ["Batch", "CallStream", "Committed", "Driver", "Feed", "run", "stream"]
+__all__ = ["PROGRAM_DRIVERS", "Batch", "CallStream", "Committed", "Driver", "Feed",
+           "program_driver", "run", "stream"]
 
 _PARALLEL = ExecutionMode.PARALLEL  # read per call: a module global costs less than an enum member
 

@@ -32,7 +32,7 @@ from .._model.errors import CodeFailedError, ToolAbortedError, ToolArgsError
 from .._model.lossless import snapshot_json, thaw
 from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._model.tool import ToolCall
-from .._scheduling.scheduler import Driver, Feed
+from .._scheduling.scheduler import program_driver
 from ._pool import SandboxPool, settle
 from ._sdk import error_text
 
@@ -95,7 +95,7 @@ class _Program:
         self.ctx = ctx
         self.settings = settings
         self.methods = methods
-        self.driver = Driver(registry._core, [], [], settings.max_parallel, None, Feed.OPEN)
+        self.driver = program_driver(registry._core, settings.max_parallel)
         self.names: list[str] = []  # each submitted call's tool name, by driver index
         self.results: dict[int, ToolResult] = {}  # committed, by driver index
         self.committed = asyncio.Event()

@@ -18,7 +18,7 @@ import asyncio
 import contextvars
 import os
 import re
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -50,6 +50,7 @@ _VERSION: Final = "toolrail-durable-1"  # the record's layout: DBOS recovers onl
 _WAITING: Final = ["PENDING", "ENQUEUED"]
 _ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once answered
 _ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
+_PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
 _KINDS: Final = 4  # reserved DBOS steps per call: answer, marker, dispatch, result
 
 _NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
@@ -353,11 +354,13 @@ class _DBOSRecord(Record):
     """A step's record in DBOS: four reserved DBOS steps per call."""
 
     reserved: list[list[Any]]
+    events: dict[str, Any]  # the step's DBOS events: its programs' records
 
     @classmethod
     async def open(cls, workflow_id: str, count: int) -> _DBOSRecord:
         record = cls()
         record.reserved = [[_DBOS.reserve_step() for _ in range(_KINDS)] for _ in range(count)]
+        record.events = await _outside(_DBOS.get_all_events_async(workflow_id))
         steps = await _outside(_DBOS.list_workflow_steps_async(workflow_id))
         done: dict[int, Any] = {s["function_id"]: s["output"] for s in steps
                                 if s["error"] is None}
@@ -397,6 +400,45 @@ class _DBOSRecord(Record):
 
     async def commit(self, index: int, result: Data) -> None:
         await self.reserved[index][3].run_async(None, _identity, result)
+        self.results[index] = result
+
+    def program(self, index: int) -> Record:
+        return _DBOSProgramRecord(index, self.events)
+
+    async def dispatch_program(self, index: int, run: Callable[[], Awaitable[Data]]) -> None:
+        # The program runs inside its dispatch's own DBOS step: there its nested calls
+        # record as DBOS events, keyed by their index, with no step ID to draw.
+        self.dispatched[index] = await self.reserved[index][2].run_async(None, run)
+
+
+class _DBOSProgramRecord(Record):
+    """A program's record in DBOS: events of the step, ``toolrail.program/<i>/<j>/<kind>``,
+    set from inside the program's dispatch step (a DBOS step does not number what it
+    does inside)."""
+
+    def __init__(self, index: int, events: dict[str, Any]) -> None:
+        super().__init__()
+        self.prefix = f"{_PROGRAM}/{index}/"
+        for key, value in events.items():
+            if key.startswith(self.prefix):
+                nested, kind = key[len(self.prefix):].split("/")
+                if kind == "mark":
+                    self.marked.add(int(nested))
+                elif kind == "dispatch":
+                    self.dispatched[int(nested)] = value
+                else:
+                    self.results[int(nested)] = value
+
+    async def mark(self, index: int) -> None:
+        await _DBOS.set_event_async(f"{self.prefix}{index}/mark", True)
+        self.marked.add(index)
+
+    async def dispatch(self, index: int, outcome: Data) -> None:
+        await _DBOS.set_event_async(f"{self.prefix}{index}/dispatch", outcome)
+        self.dispatched[index] = outcome
+
+    async def commit(self, index: int, result: Data) -> None:
+        await _DBOS.set_event_async(f"{self.prefix}{index}/result", result)
         self.results[index] = result
 
 

@@ -29,6 +29,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+from .._core.presentation import RUN_CODE
 from .._dispatch.commit import finish
 from .._dispatch.failures import from_exception
 from .._dispatch.materialize import materialize
@@ -41,7 +42,7 @@ from .._model.errors import TOOL_CHANGED, ToolError, ToolInterruptedError
 from .._model.foreign import is_awaitable
 from .._model.lossless import thaw
 from .._model.tool import ToolCall
-from .._scheduling.scheduler import Driver, _Slot
+from .._scheduling.scheduler import PROGRAM_DRIVERS, Driver, Feed, _Slot
 from ._codec import Data, result_from_data, result_to_data
 
 if TYPE_CHECKING:
@@ -100,6 +101,16 @@ class Record:
         """Record call ``index``'s final result."""
         raise NotImplementedError
 
+    def program(self, index: int) -> Record | None:
+        """The record of the nested calls of call ``index``'s code-mode program, or
+        ``None`` where the engine keeps none (then ``run_code`` is a call like others)."""
+        return None
+
+    async def dispatch_program(self, index: int, run: Callable[[], Awaitable[Data]]) -> None:
+        """Dispatch call ``index``'s program (``run``) and record its outcome."""
+        outcome = await run()
+        await self.dispatch(index, outcome)
+
 
 class StepJournal:
     """One run of one durable step: its driver, approver and record."""
@@ -117,8 +128,9 @@ class StepJournal:
         self.driver: DurableDriver | None = None
 
     def make_driver(self, calls: list[ToolCall], scopes: list[Hashable], max_parallel: int,
-                    signal: CancelSignal | None) -> DurableDriver:
-        driver = self.driver = DurableDriver(self.core, calls, scopes, max_parallel, signal)
+                    signal: CancelSignal | None, feed: Feed = Feed.FIXED) -> DurableDriver:
+        driver = self.driver = DurableDriver(self.core, calls, scopes, max_parallel, signal,
+                                             feed)
         driver.journal = self
         driver.dispatcher = self.dispatch
         driver.step = self
@@ -142,12 +154,14 @@ class StepJournal:
         elif index in record.marked:
             state.finalize = None
             state.end(FINAL, from_exception(ToolInterruptedError(INTERRUPTED_MESSAGE)))
-        elif execution._name not in self.idempotent:
+        elif execution._name not in self.idempotent or execution._name == RUN_CODE:
             self.indexes[id(state)] = index
 
     async def dispatch(self, core: Core, state: CallState) -> None:
         """Stages 8-9: after the marker that says the body may have started, and before
-        the record of what dispatch left (an idempotent tool's call: neither)."""
+        the record of what dispatch left (an idempotent tool's call: neither). A
+        ``run_code`` call has no marker: its program runs again after a restart, and its
+        nested calls' own record answers those that completed (``_program``)."""
         index = self.indexes.pop(id(state), None)
         token = _DISPATCHING.set(True)
         try:
@@ -155,17 +169,31 @@ class StepJournal:
                 await run_dispatch(core, state)
                 return
             record = self.record
+            program = record.program(index) if state.execution._name == RUN_CODE else None
+            if program is not None:
+                async def run() -> Data:  # a coroutine function: DBOS tells them apart
+                    return await _dispatched(core, state)
+
+                drivers = PROGRAM_DRIVERS.set(self._program(index, program))
+                try:
+                    await record.dispatch_program(index, run)
+                finally:
+                    PROGRAM_DRIVERS.reset(drivers)
+                return
             await record.mark(index)
-            await run_dispatch(core, state)
+            await record.dispatch(index, await _dispatched(core, state))
         finally:
             _DISPATCHING.reset(token)
-        result = state.result
-        assert result is not None
-        if not state.trusted:  # stage 11's materialization, early: the record is frozen
-            state.result = result = materialize(result)
-            state.trusted = True
-        await record.dispatch(index, {"phase": state.phase, "invoked": state.invoked,
-                                      "result": result_to_data(result)})
+
+    def _program(self, index: int, record: Record) -> Callable[[Core, int], Driver]:
+        """The factory of the driver of call ``index``'s program: a journal of its own,
+        over the program's record, with the step's idempotent tools."""
+        def driver(core: Core, max_parallel: int) -> Driver:
+            journal = StepJournal(core, f"{self.step_id}/{index}",
+                                  f"{self.ticket_prefix}/{index}", record, self.idempotent,
+                                  None)
+            return journal.make_driver([], [], max_parallel, None, Feed.OPEN)
+        return driver
 
     async def commit(self, index: int, state: CallState) -> None:
         """Stages 11-13, then the record of the result. The observers come first: a
@@ -227,6 +255,17 @@ class StepJournal:
         gone."""
         entry = self.core.resolve(request.tool_name, request.scope)
         return None if entry is None else call_digest(entry.schema, request.arguments)
+
+
+async def _dispatched(core: Core, state: CallState) -> Data:
+    """Stages 8-9, and their outcome as the record holds it."""
+    await run_dispatch(core, state)
+    result = state.result
+    assert result is not None
+    if not state.trusted:  # stage 11's materialization, early: the record is frozen
+        state.result = result = materialize(result)
+        state.trusted = True
+    return {"phase": state.phase, "invoked": state.invoked, "result": result_to_data(result)}
 
 
 class DurableDriver(Driver):

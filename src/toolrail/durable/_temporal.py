@@ -201,14 +201,30 @@ async def _heartbeats() -> None:
 class _TemporalRecord(Record):
     """A step's record in its Temporal workflow: updates to write, a query to read."""
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], state: Data) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, Any], state: Data, prefix: str = "") -> None:
         super().__init__()
         self.handle = handle
+        self.state = state
+        self.prefix = prefix  # "" for the step's calls; "<i>." for call i's program's
         records = state["records"]
         self.approvals = {int(i): a for i, a in state["answers"].items()}
-        self.marked = {int(i) for i in records["mark"]}
-        self.dispatched = {int(i): d for i, d in records["dispatch"].items()}
-        self.results = {int(i): r for i, r in records["result"].items()}
+        self.marked = {int(k) for i in records["mark"] if (k := self._own(i)) is not None}
+        self.dispatched = {int(k): d for i, d in records["dispatch"].items()
+                           if (k := self._own(i)) is not None}
+        self.results = {int(k): r for i, r in records["result"].items()
+                        if (k := self._own(i)) is not None}
+
+    def _own(self, key: str) -> str | None:
+        """The index in ``key`` if it is one of this record's (a program's keys are
+        ``"<i>.<j>"``)."""
+        if not key.startswith(self.prefix):
+            return None
+        rest = key[len(self.prefix):]
+        return rest if rest.isdigit() else None
+
+    def program(self, index: int) -> Record:
+        return _TemporalRecord(self.handle, {"records": self.state["records"], "answers": {}},
+                               f"{self.prefix}{index}.")
 
     async def ask(self, index: int, request: Data) -> Data:
         key = str(index)
@@ -236,7 +252,7 @@ class _TemporalRecord(Record):
         self.results[index] = result
 
     async def _record(self, kind: str, index: int, data: Any) -> None:
-        key = str(index)
+        key = f"{self.prefix}{index}"
         # the update's ID makes a retried record a no-op, as the workflow's setdefault does
         await self.handle.execute_update("record", args=[kind, key, data],
                                          id=f"{kind}/{key}")
