@@ -102,11 +102,15 @@ class Engine:
         if self.temporal is None:
             from dbos import DBOSClient
 
-            client = DBOSClient(system_database_url=self.database)
+            from toolrail import durable
+
+            engine = durable.sqlite_engine(self.database)  # SQLite < 3.42: see its docstring
+            client = DBOSClient(system_database_engine=engine)
             try:
                 steps = await client.list_workflow_steps_async(workflow_id)
             finally:
                 client.destroy()
+                engine.dispose()
             outputs = [s["output"] for s in steps]
             return [texts([o["result"]])[0] for o in outputs
                     if isinstance(o, dict) and "phase" in o]

@@ -247,7 +247,9 @@ async def test_an_engine_joins_the_applications_own_dbos(tools: Tools, tmp_path:
     url = f"sqlite:///{tmp_path / 'app.sqlite'}"
     with pytest.raises(ValueError, match="with dbos=, pass database= too"):
         durable.DBOS(tools.registry, name="unit", dbos=object())  # type: ignore[arg-type]
-    app = DBOS(config={"name": "the-app", "system_database_url": url, "log_level": "WARNING"})
+    sqlite = durable.sqlite_engine(url)
+    app = DBOS(config={"name": "the-app", "system_database_url": url, "log_level": "WARNING",
+                       "system_database_engine": sqlite})
     engine = durable.DBOS(tools.registry, name="unit", database=url, dbos=app)
     await engine.launch()
     DBOS.launch()
@@ -260,6 +262,7 @@ async def test_an_engine_joins_the_applications_own_dbos(tools: Tools, tmp_path:
         assert await DBOS.list_workflows_async(workflow_ids=["unit:s"])
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=0)
+        sqlite.dispose()
 
 
 async def test_a_code_mode_programs_nested_approval_is_the_approvers_not_the_records(

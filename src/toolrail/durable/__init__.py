@@ -13,14 +13,15 @@ from ._journal import PENDING, DurableApprover
 from ._shared import PendingApproval
 
 if TYPE_CHECKING:
-    from ._dbos import DBOS, Approvals, DurableStream
+    from ._dbos import DBOS, Approvals, DurableStream, sqlite_engine
     from ._temporal import Temporal
 
 __all__ = ["DBOS", "PENDING", "Approvals", "DurableApprover", "DurableStream",
-           "PendingApproval", "Temporal"]
+           "PendingApproval", "Temporal", "sqlite_engine"]
 
 _ENGINES = {"DBOS": ("_dbos", "dbos"), "Approvals": ("_dbos", "dbos"),
-            "DurableStream": ("_dbos", "dbos"), "Temporal": ("_temporal", "temporal")}
+            "DurableStream": ("_dbos", "dbos"), "sqlite_engine": ("_dbos", "dbos"),
+            "Temporal": ("_temporal", "temporal")}
 
 
 def __getattr__(name: str) -> Any:

@@ -18,6 +18,8 @@ import asyncio
 import contextvars
 import os
 import re
+import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ from ._shared import PendingApproval, calls_digest, checked_step, pending_approv
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
 
-__all__ = ["DBOS", "Approvals", "DurableStream", "PendingApproval"]
+__all__ = ["DBOS", "Approvals", "DurableStream", "PendingApproval", "sqlite_engine"]
 
 T = TypeVar("T")
 
@@ -65,6 +67,7 @@ class _Launched:
 
     database: str | None = None
     owners: int = 0
+    engine: Any = None  # the SQLite engine it was given: DBOS does not dispose of it
 
 
 _launched = _Launched()
@@ -77,7 +80,9 @@ class Approvals:
     are this, on the engine's database."""
 
     def __init__(self, database: str, *, prefix: str = "") -> None:
-        self._client = DBOSClient(system_database_url=database)
+        self._engine = sqlite_engine(database) if database.startswith("sqlite:") else None
+        self._client = (DBOSClient(system_database_url=database) if self._engine is None
+                        else DBOSClient(system_database_engine=self._engine))
         self._prefix = prefix
 
     async def pending(self) -> list[PendingApproval]:
@@ -114,6 +119,8 @@ class Approvals:
 
     def close(self) -> None:
         self._client.destroy()
+        if self._engine is not None:  # DBOSClient leaves an engine it was given open
+            self._engine.dispose()
 
 
 class DBOS:
@@ -178,7 +185,8 @@ class DBOS:
                 "notification_listener_polling_interval_sec": 0.05,
             }
             if self.database.startswith("sqlite:"):
-                config["system_database_engine"] = _sqlite_engine(self.database)
+                config["system_database_engine"] = _launched.engine = sqlite_engine(
+                    self.database)
             _DBOS(config=config)
             _DBOS.launch()
             _launched.database = self.database
@@ -241,6 +249,9 @@ class DBOS:
             if self._owned and not _launched.owners:
                 _launched.database = None
                 _DBOS.destroy(workflow_completion_timeout_sec=0)
+                if _launched.engine is not None:
+                    _launched.engine.dispose()
+                    _launched.engine = None
                 # DBOS made its own (now shut down) pool this loop's default executor:
                 # without a fresh one, the application's asyncio.to_thread would fail.
                 asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
@@ -499,18 +510,28 @@ def _arrival(name: str) -> asyncio.Event:
     return event
 
 
-def _sqlite_engine(url: str) -> Any:
-    """DBOS's SQLite engine, in WAL mode with ``synchronous=NORMAL``.
+def sqlite_engine(url: str) -> Any:
+    """A SQLAlchemy engine for DBOS's system database on SQLite (``url`` is
+    ``sqlite:///<path>``): DBOS's own, in WAL mode with ``synchronous=NORMAL``, and able
+    to run DBOS's schema on SQLite before 3.42. Pass it as DBOS's
+    ``system_database_engine`` (an application that configures DBOS itself, ``dbos=``,
+    wants it too); ``durable.DBOS`` and ``durable.Approvals`` use it on SQLite.
 
-    DBOS's own engine keeps SQLite's defaults (a rollback journal, ``synchronous=FULL``):
-    several fsyncs per commit, about 5 ms each here, and a durable call commits four
-    times. In WAL mode with ``NORMAL``, a commit survives the process being killed (what
-    durable.md promises); only a power cut or an OS crash can lose the last commits, as
-    on any SQLite database so configured. Postgres is the answer for machine failures.
-    The rest is what DBOS's own engine sets on each connection."""
+    - DBOS's own engine keeps SQLite's defaults, a rollback journal and
+      ``synchronous=FULL``: several fsyncs per commit (about 5 ms each here), and a
+      durable call commits three times. In WAL mode with ``NORMAL``, a commit survives
+      the process being killed (what durable.md promises); only a power cut or an OS
+      crash can lose the last commits. Postgres is the answer for machine failures.
+    - On Python 3.12 and later, DBOS's schema takes its timestamps from
+      ``unixepoch('subsec')``, which SQLite has only from 3.42: on an older SQLite (a
+      Python built against the system's, as pyenv builds are) it is NULL, and DBOS fails
+      to launch. The engine then defines ``unixepoch`` for that one argument.
+    - The rest is what DBOS's own engine sets on each connection.
+    """
     import sqlalchemy as sa
 
     engine = sa.create_engine(url)
+    old = sqlite3.sqlite_version_info < (3, 42)
 
     @sa.event.listens_for(engine, "connect")
     def configure(connection: Any, record: Any) -> None:
@@ -519,8 +540,23 @@ def _sqlite_engine(url: str) -> Any:
         connection.execute("PRAGMA foreign_keys=ON")
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
+        if old:
+            connection.create_function("unixepoch", 1, _unixepoch)
 
     return engine
+
+
+def _unixepoch(value: Any) -> float | int | None:
+    """SQLite's ``unixepoch(x)`` for what DBOS's schema asks (``'subsec'``: now, with its
+    fraction), and ``'now'`` or a number."""
+    if value == "subsec":
+        return time.time()
+    if value == "now":
+        return int(time.time())
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def _outside(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
