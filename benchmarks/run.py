@@ -28,6 +28,7 @@ from benchmarks import (
     bench_mcp,
     bench_peers,
     bench_pipeline,
+    bench_remote,
     bench_scheduler,
     bench_typed,
     ir,
@@ -45,6 +46,7 @@ SUITES: tuple[tuple[str, str, Any], ...] = (
      bench_integrations),
     ("code", "code mode: run_code programs and their nested calls", bench_code),
     ("durable", "durable steps on DBOS/SQLite, beside a plain run", bench_durable),
+    ("remote", "tool bodies on a local Ray cluster, beside in process", bench_remote),
 )
 
 
