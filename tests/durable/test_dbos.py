@@ -293,3 +293,36 @@ async def test_a_code_mode_programs_nested_approval_is_the_approvers_not_the_rec
     assert asked == ["delete"]
     assert tr.thaw(result.value)["result"] == (
         'tool "delete" requires approval, but no approval channel is available')
+
+
+async def test_engines_of_other_names_launch_on_one_database_one_after_the_other(
+        tools: Tools, tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'names.sqlite'}"
+    for name in ("alpha", "beta", "alpha"):
+        async with durable.DBOS(tools.registry, name=name, database=database) as engine:
+            assert (await engine.run(f"s-{name}", calls("echo"))).results[0].text == "echo 0"
+
+
+async def test_the_signal_of_a_caller_reaches_a_step_recovered_at_launch(
+        tmp_path: Path) -> None:
+    from durable_helpers import Agent
+
+    spec: list[list[Any]] = [["echo", {"x": 0}], ["delete", {"x": 1}]]
+    first = Agent(tmp_path, "s", spec)
+    first.wait_for("pending")
+    first.kill()
+    tools = Tools()
+    step = [tr.ToolCall(call_id=f"c{i}", name=name, arguments=arguments)
+            for i, (name, arguments) in enumerate(spec)]
+    async with durable.DBOS(tools.registry, name="agent",
+                            database=f"sqlite:///{tmp_path / 'agent.sqlite'}") as engine:
+        controller = tr.CancelController()
+        running = asyncio.ensure_future(engine.run("s", step, signal=controller.signal))
+        await waiting(engine)
+        controller.cancel("the user left")
+        batch = await asyncio.wait_for(running, WAIT)
+    assert batch.cancelled
+    error = batch.results[1].error
+    assert error is not None
+    assert error.code == "ABORTED_BEFORE_DISPATCH"
+    assert tools.ran == []

@@ -99,3 +99,32 @@ async def test_bad_names_are_refused(tools: Tools) -> None:
     with pytest.raises(TypeError, match="idempotent must be an iterable of tool names"):
         durable.Temporal(tools.registry, None, name="a", task_queue="q",  # type: ignore[arg-type]
                          idempotent="echo")
+
+
+async def test_a_step_cancelled_before_its_activity_started_runs_nothing(
+        engine: Any, tools: Tools) -> None:
+    controller = tr.CancelController()
+    controller.cancel("before anything")
+    batch = await engine.run(f"early-{id(tools)}", calls("echo", "echo"),
+                             signal=controller.signal)
+    assert [r.error.code if r.error else None for r in batch.results] == [
+        "ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH"]
+    assert tools.ran == []
+
+
+async def test_a_worker_stopping_while_an_approval_waits_leaves_it_to_the_next_worker(
+        tools: Tools, temporal_server: str) -> None:
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal_server)
+    engine = durable.Temporal(tools.registry, client, name="unit",
+                              task_queue=f"stop-{id(tools)}")
+    step_id = f"stop-{id(tools)}"
+    async with engine.worker():
+        running = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
+        (approval,) = await waiting(engine)
+    async with engine.worker():
+        await engine.resume(approval.ticket, "allowed-once")
+        batch = await asyncio.wait_for(running, WAIT)
+    assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    assert tools.ran == [("echo", {"x": 0}), ("delete", {"x": 1})]

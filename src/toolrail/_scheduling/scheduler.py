@@ -66,8 +66,8 @@ class Journal(Protocol):
     """What a durable step gives its driver (``toolrail.durable``)."""
 
     async def commit(self, index: int, state: CallState) -> None:
-        """Stages 11-13 of call ``index``: set ``state.result``, recorded before the
-        observers see it."""
+        """Stages 11-13 of call ``index``: set ``state.result``, and record it once the
+        observers saw it."""
 
 __all__ = ["PROGRAM_DRIVERS", "Batch", "CallStream", "Committed", "Driver", "Feed",
            "program_driver", "run", "stream"]
@@ -262,7 +262,7 @@ class Driver:
         self.closed = False  # a stream's ``aclose()`` was called
         self.awaited = -1  # the index of an open feed's call its submitter waits for
         # A durable step's record (``toolrail.durable``): it commits each call (the result
-        # recorded before the observers see it); ``None`` for a plain batch.
+        # recorded after the observers saw it); ``None`` for a plain batch.
         self.journal: Journal | None = None
         self.dispatcher = run_dispatch  # stages 8-9; a durable step marks the body first
 

@@ -123,6 +123,9 @@ class Approvals:
             self._engine.dispose()
 
 
+_Listener = Callable[[int, ToolResult], None]
+
+
 class DBOS:
     """Durable steps of ``registry`` on DBOS Transact; see durable.md.
 
@@ -151,7 +154,11 @@ class DBOS:
         self.approver = approver
         self._owned = dbos is None  # else the application launches and destroys DBOS
         # the live side of the steps this process runs: their signal and commit listener
-        self._live: dict[str, tuple[CancelSignal | None, _Listener | None]] = {}
+        # The live side of the steps this process runs or waits for, by workflow ID: a
+        # controller of each step's batch signal (a caller's signal reaches a step that
+        # DBOS recovered at launch too), and a stream's commit listener.
+        self._cancels: dict[str, CancelController] = {}
+        self._listeners: dict[str, _Listener] = {}
         self._approvals: Approvals | None = None
         self._launched = False
 
@@ -179,7 +186,9 @@ class DBOS:
                     f"so an engine on {self.database} cannot be")
         else:
             config: Any = {
-                "name": self.name, "system_database_url": self.database,
+                # one DBOS application for every engine on a database: DBOS ties its
+                # fixed version to the name that registered it first
+                "name": "toolrail", "system_database_url": self.database,
                 "application_version": _VERSION,
                 "log_level": os.environ.get("TOOLRAIL_DBOS_LOG_LEVEL", "WARNING"),
                 "notification_listener_polling_interval_sec": 0.05,
@@ -217,11 +226,18 @@ class DBOS:
                    signal: CancelSignal | None,
                    on_commit: Callable[[int, ToolResult], None] | None = None) -> Batch:
         workflow_id = f"{self.name}:{step_id}"
-        self._live[workflow_id] = (signal, on_commit)
+        controller = self._cancels.setdefault(workflow_id, CancelController())
+        unhook = None if signal is None else signal.add_callback(
+            lambda: controller.cancel(signal.reason or "cancelled"))
+        if on_commit is not None:
+            self._listeners[workflow_id] = on_commit
         try:
             out = await _result(workflow_id, _step, self.name, step_id, data, max_parallel)
         finally:
-            self._live.pop(workflow_id, None)
+            if unhook is not None:
+                unhook()
+            self._listeners.pop(workflow_id, None)
+            self._cancels.pop(workflow_id, None)
         if out["calls"] != calls_digest(data):
             raise ValueError(f"step {step_id!r} was already run with other calls")
         return batch_from_data(out["batch"])
@@ -268,16 +284,22 @@ class DBOS:
             self._approvals = Approvals(self.database, prefix=f"{self.name}:")
         return self._approvals
 
+    def _committed(self, workflow_id: str, index: int, result: ToolResult) -> None:
+        listener = self._listeners.get(workflow_id)
+        if listener is not None:
+            listener(index, result)
+
     async def _step(self, workflow_id: str, step_id: str, data: list[Data],
                     max_parallel: int) -> Data:
         record = await _DBOSRecord.open(workflow_id, len(data))
         calls = [call_from_data(d) for d in data]
         journal = StepJournal(self.registry._core, step_id, workflow_id, record,
                               self.idempotent, self.approver)
-        signal, on_commit = self._live.get(workflow_id, (None, None))
-        driver = journal.make_driver(calls, [c.scope for c in calls], max_parallel, signal)
+        controller = self._cancels.setdefault(workflow_id, CancelController())
+        driver = journal.make_driver(calls, [c.scope for c in calls], max_parallel,
+                                     controller.signal)
         with self.registry._core.approving(journal.approve):
-            await driver.run(on_commit)
+            await driver.run(lambda i, r: self._committed(workflow_id, i, r))
         return {"calls": calls_digest(data), "batch": batch_to_data(driver.final())}
 
 
@@ -312,9 +334,14 @@ class DurableStream:
         return self
 
     async def __anext__(self) -> Committed:
-        if self._next == len(self._calls):
-            raise StopAsyncIteration
         task = self._task
+        if self._next == len(self._calls):
+            if task is None and not self._calls and not self._closer.signal.cancelled:
+                task = self._task = asyncio.ensure_future(self._engine._run(
+                    self._step_id, self._data, self._max_parallel, self._closer.signal))
+            if task is not None and self._batch is None:
+                self._batch = await task
+            raise StopAsyncIteration
         if task is None:
             task = self._task = asyncio.ensure_future(self._engine._run(
                 self._step_id, self._data, self._max_parallel, self._closer.signal,
@@ -356,9 +383,6 @@ class DurableStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-_Listener = Callable[[int, ToolResult], None]
 
 
 class _DBOSRecord(Record):
@@ -476,11 +500,15 @@ async def _approval_result(ticket: str, request: Data) -> Data:
     """The answer of approval ``ticket``, asked with ``request`` unless it was asked
     before. A workflow of its own, not the step's child: see the module's docstring. It
     is awaited through its event, which DBOS's one notification listener delivers, not
-    through its result, which each waiter would poll: a thousand may wait at once."""
-    if not await _DBOS.list_workflows_async(workflow_ids=[ticket], load_input=False,
-                                            load_output=False):
+    through its result, which each waiter would poll: a thousand may wait at once. One
+    withdrawn earlier (its call was cancelled, and the process died before the call's
+    result was recorded) is answered ``cancelled``."""
+    found: Any = await _DBOS.list_workflows_async(workflow_ids=[ticket], load_output=False)
+    if not found:
         with SetWorkflowID(ticket):
             await _DBOS.start_workflow_async(_approval, request)
+    elif found[0].status == "CANCELLED":
+        return {"outcome": "cancelled", "digest": found[0].input["args"][0]["digest"]}
     while True:
         answer: Data | None = await _DBOS.get_event_async(ticket, _ANSWERED,
                                                           timeout_seconds=3600)

@@ -200,6 +200,7 @@ class StepJournal:
         process that dies between them and the record notifies them again when the
         step resumes (at least once; ``Execution.durable_id`` tells the repeat), where
         the other order would lose the notification."""
+        self.indexes.pop(id(state), None)  # a call that was never dispatched
         if index in self.replayed:
             return  # its state holds the recorded result; its observers saw it
         result = state.result = finish(self.core, state)

@@ -20,7 +20,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -74,9 +79,9 @@ class Temporal:
         and toolrail passes through Temporal's workflow sandbox (the workflow imports none
         of it, and would otherwise re-import it on every run)."""
         @activity.defn(name=f"toolrail.step.{self.name}")
-        async def step(workflow_id: str, step_id: str, calls: list[Data],
-                       max_parallel: int) -> Data:
-            return await self._activity(workflow_id, step_id, calls, max_parallel)
+        async def step(workflow_id: str, step_id: str, calls: list[Data], max_parallel: int,
+                       cancelled: bool) -> Data:
+            return await self._activity(workflow_id, step_id, calls, max_parallel, cancelled)
 
         options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(
@@ -153,15 +158,19 @@ class Temporal:
         await handle.signal("answer", args=[index, answer.value])
 
     async def _activity(self, workflow_id: str, step_id: str, calls: list[Data],
-                        max_parallel: int) -> Data:
+                        max_parallel: int, cancelled: bool) -> Data:
         """The step, in its activity: the driver over the record the workflow holds."""
         handle = self.client.get_workflow_handle(workflow_id)
-        record = _TemporalRecord(handle, await handle.query("state"))
+        attempt = activity.info().attempt
+        state = await handle.execute_update("claim", args=[attempt])
+        record = _TemporalRecord(handle, state, attempt)
         listed = [call_from_data(d) for d in calls]
         core = self.registry._core
         journal = StepJournal(core, step_id, workflow_id, record, self.idempotent,
                               self.approver)
         driver = journal.make_driver(listed, [c.scope for c in listed], max_parallel, None)
+        if cancelled:  # cancelled before this activity started
+            driver.cancel("the step was cancelled")
         with core.approving(journal.approve):  # the context the driver's task copies
             running = asyncio.ensure_future(driver.run())
         beat = asyncio.ensure_future(_heartbeats())
@@ -173,8 +182,7 @@ class Temporal:
                 except asyncio.CancelledError:
                     if running.done():
                         raise
-                    details = activity.cancellation_details()
-                    if details is None or not details.cancel_requested:
+                    if activity.cancellation_details() is None or _attempt_over():
                         # this attempt is over (timed out, superseded, its worker stopping):
                         # another one resumes the step from the record, so stop here and
                         # record nothing more
@@ -201,10 +209,12 @@ async def _heartbeats() -> None:
 class _TemporalRecord(Record):
     """A step's record in its Temporal workflow: updates to write, a query to read."""
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], state: Data, prefix: str = "") -> None:
+    def __init__(self, handle: WorkflowHandle[Any, Any], state: Data, attempt: int,
+                 prefix: str = "") -> None:
         super().__init__()
         self.handle = handle
         self.state = state
+        self.attempt = attempt
         self.prefix = prefix  # "" for the step's calls; "<i>." for call i's program's
         records = state["records"]
         self.approvals = {int(i): a for i, a in state["answers"].items()}
@@ -224,16 +234,19 @@ class _TemporalRecord(Record):
 
     def program(self, index: int) -> Record:
         return _TemporalRecord(self.handle, {"records": self.state["records"], "answers": {}},
-                               f"{self.prefix}{index}.")
+                               self.attempt, f"{self.prefix}{index}.")
 
     async def ask(self, index: int, request: Data) -> Data:
         key = str(index)
         handle = self.handle
-        await handle.execute_update("record", args=["ask", key, request], id=f"ask/{key}")
+        await self._update("record", ["ask", key, request, self.attempt], f"ask/{key}")
         try:
             # the answer to the request as first asked: its digest is the one shown
-            answer: Data = await handle.execute_update("answer_of", args=[key])
-        except asyncio.CancelledError:  # the call's signal fired: nobody is asked
+            answer: Data = await self._update("answer_of", [key])
+        except asyncio.CancelledError:
+            if _attempt_over():
+                raise  # the approval waits for the next attempt
+            # the call's signal fired: nobody is asked any more
             await asyncio.shield(handle.execute_update("withdraw", args=[key]))
             raise
         self.approvals[index] = answer
@@ -254,6 +267,25 @@ class _TemporalRecord(Record):
     async def _record(self, kind: str, index: int, data: Any) -> None:
         key = f"{self.prefix}{index}"
         # the update's ID makes a retried record a no-op, as the workflow's setdefault does
-        await self.handle.execute_update("record", args=[kind, key, data],
-                                         id=f"{kind}/{key}")
+        await self._update("record", [kind, key, data, self.attempt], f"{kind}/{key}")
+
+    async def _update(self, name: str, args: list[Any], update_id: str | None = None) -> Any:
+        """A workflow update; a cancelled one, or one the workflow refused because a newer
+        attempt took the step over, as the cancellation it is (so that the pipeline
+        records nothing of it)."""
+        try:
+            return await self.handle.execute_update(name, args=args, id=update_id)
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise asyncio.CancelledError from None
+        except WorkflowUpdateFailedError as exc:
+            if "was superseded" in str(exc.cause):
+                raise asyncio.CancelledError from None
+            raise
+
+
+def _attempt_over() -> bool:
+    """Whether this activity attempt is ending for a reason other than a requested
+    cancellation of the step (timed out, superseded, its worker stopping)."""
+    details = activity.cancellation_details()
+    return details is not None and not details.cancel_requested
 

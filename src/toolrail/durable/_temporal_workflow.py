@@ -17,6 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 __all__ = ["HEARTBEAT", "KINDS", "Step"]
@@ -33,23 +34,42 @@ class Step:
         self.answers: dict[str, str] = {}  # index -> outcome
         self.withdrawn: set[str] = set()
         self.activity: workflow.ActivityHandle[Any] | None = None
+        self.cancelled = False
+        self.attempt = 0  # the newest activity attempt that claimed the step
 
     @workflow.run
     async def run(self, engine: str, step_id: str, calls: list[Any],
                   max_parallel: int) -> dict[str, Any]:
-        self.activity = workflow.start_activity(
-            f"toolrail.step.{engine}", args=[workflow.info().workflow_id, step_id, calls,
-                                             max_parallel],
-            start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=HEARTBEAT,
-            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
-                                     maximum_interval=timedelta(seconds=5)),
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
-        out: dict[str, Any] = await self.activity
-        return out
+        while True:
+            self.activity = workflow.start_activity(
+                f"toolrail.step.{engine}", args=[workflow.info().workflow_id, step_id, calls,
+                                                 max_parallel, self.cancelled],
+                start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=HEARTBEAT,
+                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
+                                         maximum_interval=timedelta(seconds=5)),
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+            try:
+                out: dict[str, Any] = await self.activity
+                return out
+            except ActivityError as exc:
+                # Cancelled before it started: run it again, told so, and it commits
+                # every call as cancelled (a step's batch always has its results).
+                if not (self.cancelled and isinstance(exc.cause, CancelledError)):
+                    raise
 
     @workflow.update
-    def record(self, kind: str, index: str, data: Any) -> Any:
+    def claim(self, attempt: int) -> dict[str, Any]:
+        """An activity attempt takes the step over: records from older attempts are
+        refused from now on (a superseded attempt that still runs starts nothing more).
+        The record as it stands."""
+        self.attempt = max(self.attempt, attempt)
+        return self.state()
+
+    @workflow.update
+    def record(self, kind: str, index: str, data: Any, attempt: int) -> Any:
         """Record ``data`` once; an approval request returns the one first asked."""
+        if attempt < self.attempt:
+            raise ApplicationError(f"attempt {attempt} was superseded", non_retryable=True)
         if kind == "ask":
             first = self.asked.setdefault(index, data)
             self._publish()
@@ -83,7 +103,9 @@ class Step:
 
     @workflow.signal
     def cancel(self) -> None:
-        """Cancel the step: its activity's cancellation fires the batch signal."""
+        """Cancel the step: its activity's cancellation fires the batch signal (one not
+        started yet starts cancelled)."""
+        self.cancelled = True
         if self.activity is not None:
             self.activity.cancel()
 
