@@ -113,6 +113,24 @@ async def test_a_tool_that_changed_while_its_call_waited_is_refused_at_resume(
     assert "delete" not in [r["tool"] for r in lines(tmp_path / "ran.jsonl")]
 
 
+async def test_guards_are_evaluated_again_when_a_killed_steps_approval_comes(
+        backend: Engine, tmp_path: Path) -> None:
+    first = backend.agent("s6", STEP)
+    ticket = first.wait_for("pending")["ticket"]
+    first.kill()
+    approvals = await backend.approvals()
+    await settled(approvals, 1)
+    await approvals.resume(ticket, "allowed-once")
+    if backend.kind == "dbos":
+        approvals.close()
+
+    results = backend.agent("s6", STEP, TOOLRAIL_TEST_GUARD="1").batch()
+    assert results[1]["error"] == {"message": "deletes are frozen", "code": "DENIED",
+                                   "type": None}
+    assert texts(results)[0::2] == ["echo 0", "echo 2"]
+    assert "delete" not in [r["tool"] for r in lines(tmp_path / "ran.jsonl")]
+
+
 async def test_observers_see_each_result_once_across_a_kill_and_a_finished_step_replays(
         backend: Engine, tmp_path: Path) -> None:
     step = [["echo", {"x": 0}], ["hang", {"x": 1}], ["echo", {"x": 2}]]

@@ -14,7 +14,8 @@ Every body start is also appended to ``workdir/ran.jsonl`` and every observed re
 tool ``hang`` blocks until ``workdir/release`` exists (it is checked before it blocks).
 ``TOOLRAIL_TEST_VERSION`` changes the description of ``delete`` (a changed tool), and
 ``TOOLRAIL_TEST_IDEMPOTENT`` names the idempotent tools (comma-separated).
-``TOOLRAIL_TEST_CODE=1`` presents the tools in code mode (a step of ``run_code`` calls).
+``TOOLRAIL_TEST_GUARD=1`` adds a guard that denies ``delete`` (a policy that changed),
+and ``TOOLRAIL_TEST_CODE=1`` presents the tools in code mode (a step of ``run_code`` calls).
 ``TOOLRAIL_TEST_TEMPORAL=<host:port>`` runs the step on that Temporal server (with a
 worker in this process, on the task queue ``TOOLRAIL_TEST_QUEUE``) instead of DBOS.
 """
@@ -71,6 +72,9 @@ def build(workdir: Path) -> tr.ToolRegistry:
     registry.register(tr.Tool(name="delete", description=f"Delete x (v{version}).",
                               parameters={"type": "object"}, execute=body("delete", "deleted"),
                               requires_approval=True))
+    if os.environ.get("TOOLRAIL_TEST_GUARD"):
+        registry.guard(lambda execution: "deletes are frozen" if execution.name == "delete"
+                       else None)
     observed = workdir / "observed.jsonl"
     registry.on_result(lambda execution, result: append(
         observed, {"durable_id": execution.durable_id, "text": result.text}))
