@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="with --http: the largest request body accepted, in bytes "
                             "(default 4194304, the SDK's 4 MiB); a larger one is refused "
                             "with HTTP 413 and a JSON-RPC error naming the limit")
+    serve.add_argument("--stateless", action="store_true",
+                       help="with --http: every request stands alone, so replicas behind a "
+                            "load balancer need no session affinity")
     return parser
 
 
@@ -127,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(registry, scope, args.format)
         if args.command == "call":
             return _call(registry, args.name, args.arguments, scope, args.json)
-        return _serve(registry, scope, args.http, args.max_request_bytes)
+        return _serve(registry, scope, args.http, args.max_request_bytes, args.stateless)
     except UsageError as exc:
         print(f"toolrail: {exc}", file=sys.stderr)
         return 2
@@ -259,11 +262,13 @@ def _call(registry: ToolRegistry, name: str, raw: str | None, scope: Hashable | 
 
 
 def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None,
-           max_request_bytes: int | None) -> int:
+           max_request_bytes: int | None, stateless: bool = False) -> int:
     """Serve until the client closes stdin, or until SIGINT/SIGTERM: exit code 0 either way
     (the calls still running end ``ABORTED``), without a traceback."""
     if http is None and max_request_bytes is not None:
         raise UsageError("--max-request-bytes goes with --http (stdio has no request limit)")
+    if http is None and stateless:
+        raise UsageError("--stateless goes with --http (a stdio session is its process)")
     toolrail_mcp = _mcp_extra("serve", "toolrail.mcp")
     if http is None:
         asyncio.run(toolrail_mcp.serve_stdio(registry, scope=scope))
@@ -273,7 +278,7 @@ def _serve(registry: ToolRegistry, scope: Hashable | None, http: str | None,
         raise UsageError(f"--http {http!r} is not HOST:PORT, e.g. 127.0.0.1:8000")
     limit = {} if max_request_bytes is None else {"max_request_bytes": max_request_bytes}
     asyncio.run(toolrail_mcp.serve_http(registry, host=host, port=int(port), scope=scope,
-                                        **limit))
+                                        stateless=stateless, **limit))
     return 0
 
 

@@ -74,8 +74,13 @@ async def serve_http(
     name: str = "toolrail",
     path: str = "/mcp",
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    stateless: bool = False,
 ) -> None:
     """Serve the tools ``scope`` sees over streamable HTTP at ``http://host:port/path``.
+
+    ``stateless``: every request stands alone (the SDK's ``stateless_http``), so replicas
+    behind a load balancer need no session affinity; a server request to the client (an
+    approval asked of it) has no session to go to, and is unavailable.
 
     Runs uvicorn until it is stopped (SIGINT/SIGTERM, or cancelling this coroutine).
     Bound to a loopback host, the SDK's DNS-rebinding protection is on.
@@ -98,7 +103,8 @@ async def serve_http(
         raise ValueError(f"max_request_bytes must be a positive int, got {max_request_bytes!r}")
     app = server(registry, scope=scope, name=name)
     asgi = app.streamable_http_app(
-        streamable_http_path=path, host=host, max_request_body_size=max_request_bytes
+        streamable_http_path=path, host=host, max_request_body_size=max_request_bytes,
+        stateless_http=stateless,
     )
     config = uvicorn.Config(
         _NamingTheLimit(asgi, max_request_bytes),
