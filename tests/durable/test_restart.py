@@ -94,28 +94,20 @@ async def test_an_idempotent_call_in_flight_at_a_kill_runs_again(backend: Engine
     assert hangs == [first.process.pid, second.process.pid]
 
 
-async def test_a_tool_that_changed_while_its_call_waited_is_refused_at_resume(
-        backend: Engine, tmp_path: Path) -> None:
-    first = backend.agent("s4", STEP)
-    ticket = first.wait_for("pending")["ticket"]
-    first.kill()
-    approvals = await backend.approvals()
-    await settled(approvals, 1)
-    await approvals.resume(ticket, "allowed-once")
-    if backend.kind == "dbos":
-        approvals.close()
-
-    results = backend.agent("s4", STEP, TOOLRAIL_TEST_VERSION="2").batch()
-    assert results[1]["error"] == {
+@pytest.mark.parametrize(("step_id", "env", "error"), [
+    pytest.param("s4", {"TOOLRAIL_TEST_VERSION": "2"}, {
         "message": 'tool "delete" changed while its call waited for approval',
-        "code": "TOOL_CHANGED", "type": "ToolError"}
-    assert texts(results)[0::2] == ["echo 0", "echo 2"]
-    assert "delete" not in [r["tool"] for r in lines(tmp_path / "ran.jsonl")]
-
-
-async def test_guards_are_evaluated_again_when_a_killed_steps_approval_comes(
-        backend: Engine, tmp_path: Path) -> None:
-    first = backend.agent("s6", STEP)
+        "code": "TOOL_CHANGED", "type": "ToolError"}, id="the-tool-changed"),
+    pytest.param("s6", {"TOOLRAIL_TEST_GUARD": "1"}, {
+        "message": "deletes are frozen", "code": "DENIED", "type": None},
+        id="a-guard-was-added"),
+])
+async def test_an_approval_answered_after_a_kill_meets_the_registry_as_it_is_then(
+        backend: Engine, tmp_path: Path, step_id: str, env: dict[str, str],
+        error: dict[str, Any]) -> None:
+    """The tool's digest and the guards are checked again against the new process's
+    registry: a changed tool is refused, and a guard added since denies the call."""
+    first = backend.agent(step_id, STEP)
     ticket = first.wait_for("pending")["ticket"]
     first.kill()
     approvals = await backend.approvals()
@@ -124,9 +116,8 @@ async def test_guards_are_evaluated_again_when_a_killed_steps_approval_comes(
     if backend.kind == "dbos":
         approvals.close()
 
-    results = backend.agent("s6", STEP, TOOLRAIL_TEST_GUARD="1").batch()
-    assert results[1]["error"] == {"message": "deletes are frozen", "code": "DENIED",
-                                   "type": None}
+    results = backend.agent(step_id, STEP, **env).batch()
+    assert results[1]["error"] == error
     assert texts(results)[0::2] == ["echo 0", "echo 2"]
     assert "delete" not in [r["tool"] for r in lines(tmp_path / "ran.jsonl")]
 

@@ -46,6 +46,8 @@ from .._model.tool import ExecutionMode, ToolCall
 if TYPE_CHECKING:
     from .._core.core import Core
 
+__all__ = ["PROGRAM_DRIVERS", "Batch", "CallStream", "Committed", "Driver", "Feed",
+           "program_driver", "run", "stream"]
 
 # A durable step sets this while one of its run_code calls dispatches: the factory of the
 # program's driver, which records and replays the nested calls (``toolrail.durable``).
@@ -69,8 +71,6 @@ class Journal(Protocol):
         """Stages 11-13 of call ``index``: set ``state.result``, and record it once the
         observers saw it."""
 
-__all__ = ["PROGRAM_DRIVERS", "Batch", "CallStream", "Committed", "Driver", "Feed",
-           "program_driver", "run", "stream"]
 
 _PARALLEL = ExecutionMode.PARALLEL  # read per call: a module global costs less than an enum member
 
