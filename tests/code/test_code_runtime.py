@@ -60,11 +60,26 @@ async def test_a_program_calls_tools_and_returns_logs_and_its_last_expression(
     assert result.text == 'contents of a\nresult: ["contents of a", 1]'
 
 
+# Programs whose last statement is no expression, though one inside it has a value: the
+# runtime takes the sandbox's word that such a program has no value (it parses nothing).
+NO_LAST_EXPRESSION = [
+    "x = 1", "5\nx = 2", "x: int = 4", "x = [1]\nx[0] += 1", "assert True",
+    "if True:\n    5", "for i in range(3):\n    i", "while False:\n    pass\nelse:\n    9",
+    "try:\n    7\nexcept Exception:\n    pass", "match 1:\n    case 1:\n        8",
+    "def f():\n    return 3", "import asyncio\nawait asyncio.sleep(0)",
+]
+
+
+@pytest.mark.parametrize("code", NO_LAST_EXPRESSION)
 async def test_a_program_without_a_last_expression_has_no_result(
-        registry: tr.ToolRegistry) -> None:
-    result = await run(registry, "x = 1")
+        registry: tr.ToolRegistry, code: str) -> None:
+    result = await run(registry, code)
     assert result.value == {"logs": ""}
     assert result.text == "(run_code completed with no output)"
+
+
+async def test_a_program_printing_without_a_last_expression_has_its_logs_alone(
+        registry: tr.ToolRegistry) -> None:
     printed = await run(registry, 'print("hi")')
     assert printed.value == {"logs": "hi\n"}
     assert printed.text == "hi\n"

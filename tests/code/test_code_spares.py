@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from typing import Any
 
 import pytest
@@ -232,26 +233,27 @@ async def test_a_failure_reads_the_same_from_a_new_session_and_from_a_spare(
 
 
 class _Workers:
-    """``pydantic_monty.AsyncMonty`` with hooks: its start waits for ``started``'s
-    release, and the checkouts numbered in ``failing`` raise ``OSError``."""
+    """``pydantic_monty.Monty`` with hooks: its start (on a thread of the pool's) waits
+    for ``release``, and the checkouts numbered in ``failing`` raise ``OSError``."""
 
-    def __init__(self, real: Any, release: asyncio.Event | None,
+    def __init__(self, real: Any, release: threading.Event | None,
                  failing: frozenset[int]) -> None:
         self.real = real
         self.release = release
         self.failing = failing
+        self.loop = asyncio.get_running_loop()  # made by the pool, on the loop
         self.starting = asyncio.Event()
         self.checkouts = 0
 
-    async def __aenter__(self) -> _Workers:
-        self.starting.set()
+    def __enter__(self) -> _Workers:
+        self.loop.call_soon_threadsafe(self.starting.set)
         if self.release is not None:
-            await self.release.wait()
-        await self.real.__aenter__()
+            self.release.wait()
+        self.real.__enter__()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.real.__aexit__(None, None, None)
+    def __exit__(self, *exc: object) -> None:
+        self.real.__exit__(None, None, None)
 
     def checkout(self, **options: Any) -> Any:
         self.checkouts += 1
@@ -260,24 +262,24 @@ class _Workers:
         return self.real.checkout(**options)
 
 
-def _hooked(monkeypatch: pytest.MonkeyPatch, *, release: asyncio.Event | None = None,
+def _hooked(monkeypatch: pytest.MonkeyPatch, *, release: threading.Event | None = None,
             failing: frozenset[int] = frozenset()) -> list[_Workers]:
     import pydantic_monty
 
     made: list[_Workers] = []
-    real = pydantic_monty.AsyncMonty
+    real = pydantic_monty.Monty
 
     def workers(**options: Any) -> _Workers:
         made.append(_Workers(real(**options), release, failing))
         return made[-1]
 
-    monkeypatch.setattr(pydantic_monty, "AsyncMonty", workers)
+    monkeypatch.setattr(pydantic_monty, "Monty", workers)
     return made
 
 
 async def test_aclose_while_the_workers_start_stops_them_and_aborts_the_program(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    release = asyncio.Event()
+    release = threading.Event()
     made = _hooked(monkeypatch, release=release)
     registry = _registry(type_check=False)
     program = asyncio.create_task(_run(registry, "1 + 1"))

@@ -2,32 +2,31 @@
 programs start in, and the programs running on them (code-mode.md, "Running a program",
 item 1: a fresh session per call).
 
-Every sandbox operation (starting the workers, a checkout, a feed, a resume, closing a
-session or the pool) is a Rust future whose asyncio future a thread of the sandbox's
-runtime resolves, taking the interpreter's lock to do so; cancelled, that thread still
-comes back for the lock later, to see that it was cancelled. A thread that takes the
-lock while the interpreter is finalizing is ended with ``pthread_exit``, whose unwinding
-through the Rust frames aborts the process (SIGABRT). So no operation is ever cancelled
-or left behind: ``settle`` waits for each to end, whatever cancellation comes meanwhile
-(a program's worker is killed first, so that its feed ends at once); checkouts never
-queue inside the sandbox (the pool's own slots do, where waiting can be cancelled); and
-at exit, ``_quiesce`` lets the runtime's threads finish the calls that resolved the last
-futures before the interpreter is finalized.
+The pool drives the sandbox through its synchronous API (``pydantic_monty.Monty``), each
+operation (starting the workers, a checkout, a feed, a program's run, closing a session
+or the pool) on a thread of the pool's own executor: a blocking sandbox call releases
+the interpreter's lock while the worker computes, so the event loop runs meanwhile, and
+a program's run is one operation whose thread answers its suspensions itself (a turn of
+the worker costs about a third of what a turn through ``AsyncMonty``'s futures does).
+An operation cannot be interrupted from outside its thread, so none is abandoned:
+``settle`` waits for each to end, whatever cancellation comes meanwhile (a program's
+worker is killed first, so that its run ends at once), and checkouts never queue inside
+the sandbox (the pool's own slots do, where waiting can be cancelled). The executor's
+threads are the interpreter's own, which it joins before it finalizes: no sandbox call
+is still running when the process exits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
+import functools
 import hashlib
 import os
 import select
 import signal as signals
-import sys
-import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from .._model.errors import ToolAbortedError
@@ -56,7 +55,6 @@ _SPARES: Final = 2  # warm spare sessions at most, each holding a worker
 _CHECKED: Final = 1024  # (SDK, program) pairs remembered as type-checked
 _EXIT_GRACE: Final = 2.0  # seconds a closed pool's worker has to exit before a SIGKILL
 _DEATH_POLL: Final = 0.002  # seconds between looks at a worker, where there is no pidfd
-_QUIESCE: Final = 1.0  # seconds the exit hook waits, at most, for the runtime's threads
 
 
 class Running(Protocol):
@@ -126,11 +124,12 @@ class SandboxPool:
 
     def __init__(self) -> None:
         self._monty: Any = None
+        self._threads: ThreadPoolExecutor | None = None  # where every sandbox call runs
         self._starting: asyncio.Lock | None = None
         self.checked = TypeChecked()  # programs that passed their type check
         self.running: set[Running] = set()  # the programs running now (``_runtime`` adds them)
         self._spares: dict[Any, asyncio.Task[Any]] = {}  # by key, oldest first
-        self._closing: set[asyncio.Future[Any]] = set()  # sessions of discarded spares
+        self._closing: set[asyncio.Future[Any]] = set()  # sessions being closed
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the spares live on
         self._closed = False
         self._size = (os.cpu_count() or 1) + _SPARES  # the sandbox's workers, at most
@@ -149,15 +148,24 @@ class SandboxPool:
             if self._monty is None and not self._closed:
                 import pydantic_monty
 
-                _hook_exit()
-                monty = pydantic_monty.AsyncMonty(min_processes=0, max_processes=self._size)
-                await settle(monty.__aenter__())
+                monty = pydantic_monty.Monty(min_processes=0, max_processes=self._size)
+                if self._threads is None:  # a session at a time per thread, at most
+                    self._threads = ThreadPoolExecutor(self._size + 1,
+                                                       thread_name_prefix="toolrail-sandbox")
+                await settle(self.call(monty.__enter__))
                 if self._closed:  # aclose() came while the workers started: stop them
-                    await settle(monty.__aexit__(None, None, None))
+                    await settle(self.call(monty.__exit__, None, None, None))
                 else:
                     self._monty = monty
         if self._monty is None:
             raise ToolAbortedError(_CLOSED)
+
+    def call(self, operation: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+        """``operation(*args, **kwargs)`` (a blocking sandbox call) on one of the pool's
+        threads; await it with ``settle``."""
+        if kwargs:
+            operation = functools.partial(operation, **kwargs)
+        return asyncio.get_running_loop().run_in_executor(self._threads, operation, *args)
 
     @contextlib.asynccontextmanager
     async def session(self, sdk: str, settings: CodeSettings,
@@ -184,7 +192,11 @@ class SandboxPool:
             try:
                 yield session
             finally:
-                await self._exit(session, quiet=False)
+                # Closed in the background: the program has ended (a stopped one's worker
+                # was killed, and has exited), and a session takes 0.3-2.5 ms to close (a
+                # type-checked one the most), which its result need not wait for. Its
+                # slot is held until it is closed; ``close()`` waits for it.
+                self._close_later(session)
         finally:
             # For the next program with this key, warmed once this one is over (while
             # the model reads its result) so that it never competes with it for the CPU.
@@ -231,7 +243,10 @@ class SandboxPool:
         """A spare no longer wanted, once its warm-up has stopped: its session is closed."""
         if task.cancelled() or task.exception() is not None or task.result() is None:
             return
-        closing = asyncio.ensure_future(self._exit(task.result()))
+        self._close_later(task.result())
+
+    def _close_later(self, session: Any) -> None:
+        closing = asyncio.ensure_future(self._exit(session))
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
 
@@ -282,29 +297,28 @@ class SandboxPool:
 
         try:
             # Cancelled meanwhile, the checkout still completes: its session is closed.
-            await settle(session.__aenter__(), late=given_back)
+            await settle(self.call(session.__enter__), late=given_back)
         except BaseException:
             self._release(session)
             raise
         self._seen(session.worker_pid)
         try:
-            await settle(session.feed_run(_PRELUDE, skip_type_check=True))
+            await settle(self.call(session.feed_run, _PRELUDE, skip_type_check=True))
             if options["type_check"]:  # (unchecked for a program that needs no checker)
-                await settle(session.feed_run(_WARM_UP, skip_type_check=checked))
+                await settle(self.call(session.feed_run, _WARM_UP, skip_type_check=checked))
         except BaseException:
             await self._exit(session)
             raise
         return session
 
-    async def _exit(self, session: Any, *, quiet: bool = True) -> None:
-        """Close a session and give back its slot. ``quiet``: a session that cannot be
-        closed (its worker died) is the sandbox's to reap, not an error."""
+    async def _exit(self, session: Any) -> None:
+        """Close a session and give back its slot. A session that cannot be closed (its
+        worker died) is the sandbox's to reap, not an error."""
         pid = session.worker_pid
         try:
-            await settle(self._bounded(session.__aexit__(None, None, None), [pid]))
+            await settle(self._bounded(self.call(session.__exit__, None, None, None), [pid]))
         except Exception:
-            if not quiet:
-                raise
+            pass
         finally:
             self._release(session)
 
@@ -358,12 +372,14 @@ class SandboxPool:
         return await _wait_exit(pid, self._workers.get(pid), seconds)
 
     async def ready(self) -> None:
-        """Wait until the spares being warmed are warm (or failed to warm): for the
-        benchmarks and tests, which time or check a program that finds its spare warm."""
+        """Wait until the spares being warmed are warm (or failed to warm) and the
+        sessions being closed are closed: for the benchmarks and tests, which time or
+        check a program that finds the pool at rest, as a model's next step does."""
         self._settle_loop()
-        warming = [task for task in self._spares.values() if not task.done()]
-        if warming:
-            await asyncio.wait(warming)
+        busy: list[asyncio.Future[Any]] = [*self._closing]
+        busy += (task for task in self._spares.values() if not task.done())
+        if busy:
+            await asyncio.wait(busy)
 
     async def close(self) -> None:
         """Cancel the running programs, wait for them, then stop the spares and workers,
@@ -386,13 +402,18 @@ class SandboxPool:
                 await self._exit(task.result())
         if self._closing:
             await asyncio.wait(list(self._closing))
+        if self._starting is not None:
+            async with self._starting:  # a start under way sees ``_closed``, and undoes itself
+                pass
         monty, self._monty = self._monty, None
         try:
             if monty is not None:
-                await settle(self._bounded(monty.__aexit__(None, None, None),
+                await settle(self._bounded(self.call(monty.__exit__, None, None, None),
                                            list(self._workers)))
         finally:
             await self._all_exited()
+            if self._threads is not None:  # every sandbox call has ended by now
+                self._threads.shutdown(wait=False)
 
     async def _all_exited(self) -> None:
         """Wait for every worker the pool met to exit: the sandbox asks them to, without
@@ -414,9 +435,9 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
                  late: Callable[[T], Awaitable[object]] | None = None) -> T:
     """Await a sandbox operation to its end, even when the wait is cancelled.
 
-    A cancelled operation would leave a thread of the sandbox's runtime to come back for
-    the interpreter at a moment nobody waits for, the interpreter's exit included, where
-    it aborts the process (this module's docstring). So on a cancellation, ``on_cancel``
+    A sandbox call cannot be stopped from outside its thread, and one left running would
+    use a session, or a worker, that its caller has moved on from (closed, given back,
+    or handed to the next program). So on a cancellation, ``on_cancel``
     runs (it makes the operation end now: a program's worker is killed), the operation
     is awaited to its end, ``late`` gets its result if it succeeded all the same (a
     checkout's session is closed), and then the cancellation goes on."""
@@ -434,33 +455,6 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
         if not future.cancelled() and future.exception() is None and late is not None:
             await late(future.result())
         raise
-
-
-def _hook_exit() -> None:
-    global _HOOKED
-    if not _HOOKED:
-        _HOOKED = True
-        atexit.register(_quiesce)
-
-
-_HOOKED = False
-
-
-def _quiesce() -> None:
-    """At interpreter exit, before finalization: let the sandbox runtime's threads leave
-    the interpreter. The thread that resolved the last awaited sandbox future may still
-    be inside ``call_soon_threadsafe`` (it gave up the interpreter's lock to write to the
-    loop's wake-up socket and waits to take it back); taking it once finalization has
-    begun ends the thread mid-Rust, which aborts the process. Those threads are the ones
-    ``threading`` does not know; the lock is released (sleeps) until none of them runs
-    Python code, for at most ``_QUIESCE`` seconds."""
-    deadline = time.monotonic() + _QUIESCE
-    while time.monotonic() < deadline:
-        known = {thread.ident for thread in threading.enumerate()
-                 if not isinstance(thread, threading._DummyThread)}
-        if known.issuperset(sys._current_frames()):
-            return
-        time.sleep(0.0001)
 
 
 def _pidfd(pid: int) -> int | None:

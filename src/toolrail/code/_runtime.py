@@ -1,13 +1,20 @@
 """Running one ``run_code`` program in the sandbox (code-mode.md, "Running a program").
 
 A program runs in a fresh ``pydantic_monty`` session: type-checked against the SDK,
-then driven one suspension at a time. Each ``tools.<name>(args)`` the program makes
-is answered at once with a pending future and submitted as a nested call to a
-scheduler driver of its own — the same ``Driver`` that runs a model step, kept open
-while the program runs — so nested calls follow the native contract: classified just
-before they start, overlapping up to ``max_parallel``, prepared and committed one at a
-time in submission order. When the program awaits, it gets each committed result (the
-thawed value, or a ``ToolCallError``).
+then driven one suspension at a time by one of the pool's threads, which runs the whole
+program as one sandbox operation (``_pool``). Each ``tools.<name>(args)`` the program
+makes is handed to the event loop and answered at once with a pending future; on the
+loop, it is submitted as a nested call to a scheduler driver of its own — the same
+``Driver`` that runs a model step, kept open while the program runs — so nested calls
+follow the native contract: classified just before they start, overlapping up to
+``max_parallel``, prepared and committed one at a time in submission order. When the
+program awaits, the thread waits for the loop to commit the calls it needs, and gives
+the program each committed result (the thawed value, or a ``ToolCallError``).
+
+Threads: the program's thread owns the sandbox's snapshots and what it counts of them
+(``calls``, ``pending``, ``called``); the loop owns the driver and the results. The
+thread hands over a call with ``call_soon_threadsafe`` (so calls reach the driver in
+the program's order), the loop hands back a settled call under ``turn``.
 
 Ownership: the program loop and the driver run in tasks this body owns. When the
 program ends, calls it submitted but that never started are dropped; started ones are
@@ -19,12 +26,12 @@ come from the registry's ``SandboxPool`` (``_pool``).
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.presentation import RUN_CODE
@@ -48,6 +55,7 @@ _DEATH_WAIT: Final = 2.0  # seconds a killed worker has to exit
 ENDED: Final = "the program ended"
 _DEPTH: Final = 100  # levels of arrays and objects a program's result may nest
 _COROUTINE: Final = re.compile(r"<coroutine external_future\((\d+)\)>")  # a call's repr
+_LOOK: Final = 1.0  # seconds between a waiting program thread's looks at its event loop
 
 
 _FAILURES: dict[str, type[CodeFailedError]] = {}
@@ -86,8 +94,13 @@ async def run_program(registry: ToolRegistry, sdk: str, methods: frozenset[str],
         program.done.set()
 
 
+class _Halted(Exception):
+    """The program's thread stops waiting: the program was halted (``_Program._halt``),
+    or the event loop that would commit its calls is gone."""
+
+
 class _Program:
-    """One program: its sandbox loop, its nested calls' driver, and what they produced."""
+    """One program: its sandbox thread, its nested calls' driver, and what they produced."""
 
     def __init__(self, registry: ToolRegistry, ctx: RunContext, settings: CodeSettings,
                  methods: frozenset[str]) -> None:
@@ -96,28 +109,37 @@ class _Program:
         self.settings = settings
         self.methods = methods
         self.driver = program_driver(registry._core, settings.max_parallel)
-        self.names: list[str] = []  # each submitted call's tool name, by driver index
+        self.loop = asyncio.get_running_loop()
+        # The loop's: each submitted call's tool name and sandbox call id, by driver index.
+        self.names: list[str] = []
+        self.ids: list[int] = []
         self.results: dict[int, ToolResult] = {}  # committed, by driver index
-        self.committed = asyncio.Event()
-        self.calls = 0
-        self.over_calls = False
         self.stopping: str | None = None
         self.cancelled = asyncio.Event()
         self.done = asyncio.Event()
-        self.pending: dict[int, int] = {}  # the sandbox's call id -> the driver index
-        self.called: dict[int, str] = {}  # the sandbox's call id -> the tool's name
         self.lookalikes: set[str] = set()  # values of calls that read like a call's repr
+        self.failure: Exception | None = None  # a call the loop could not submit
         self.pool: SandboxPool | None = None
         self.pid: int | None = None
-        self.tools = _Tools()  # what the program names `tools`
         self.killed = False  # its worker was sent SIGKILL
+        self.deadline: asyncio.Timeout | None = None  # ``max_duration``, once running
+        # The thread's (read by the loop once the program's run has ended):
+        self.calls = 0
+        self.over_calls = False
+        self.parsed = False  # the program passed its type check (or had none)
+        self.pending: set[int] = set()  # the sandbox's ids of calls given no value yet
+        self.called: dict[int, str] = {}  # the sandbox's call id -> the tool's name
+        # Shared, under ``turn``: the loop's settled calls for the thread, by sandbox id.
+        self.turn = threading.Condition(threading.Lock())
+        self.settled: dict[int, Any] = {}
+        self.outbox: list[tuple[int, int, str, Any, bool]] = []  # calls for the loop
+        self.halted = False
 
     def stop(self, reason: str) -> None:
         """Stop the program: no call starts any more; started ones finish and commit."""
         if self.stopping is None:
             self.stopping = reason
             self.driver.close_feed()
-            self.committed.set()
             if reason != ENDED:
                 self.driver.cancel(reason)  # the started nested calls see their signal
                 self.cancelled.set()
@@ -179,15 +201,20 @@ class _Program:
             self.killed = True
 
     async def _step(self, operation: Awaitable[Any]) -> Any:
-        """A feed or resume of the program, awaited to its end: cancelled, the worker is
-        killed so that it ends at once (``_pool.settle``)."""
+        """The program's run on its thread, awaited to its end: cancelled, the program is
+        halted so that it ends at once (``_pool.settle``)."""
         return await settle(operation, on_cancel=self._halt)
 
     def _halt(self) -> None:
-        """End a feed or resume now: the worker is killed, and the started nested calls
-        are cancelled (a call answered in place is part of its resume)."""
+        """End the program's run now: the worker is killed (a resume ends at once), the
+        thread stops waiting on calls, and the started nested calls are cancelled."""
         self._kill()
-        self.driver.cancel("cancelled")
+        with self.turn:
+            self.halted = True
+            self.turn.notify()
+        deadline = self.deadline
+        self.driver.cancel(self._overran_reason() if deadline is not None and
+                           deadline.expired() else "cancelled")
 
     async def _drive(self) -> None:
         """Commit the nested calls in submission order, telling the program of each."""
@@ -195,18 +222,39 @@ class _Program:
 
     def _committed(self, index: int, result: ToolResult) -> None:
         self.results[index] = result
-        self.committed.set()
+        self._settle(self.ids[index], self._outcome(index))
 
-    def _submit(self, name: str, args: Any, awaited: bool = False) -> int:
-        """A nested call of ``name`` (within ``max_calls``); its driver index. ``awaited``:
-        the program is blocked on it (it submits nothing until the call commits)."""
-        self.calls += 1
+    def _settle(self, call_id: int, outcome: Any) -> None:
+        """Tell the program's thread what the sandbox's call ``call_id`` resolves to."""
+        with self.turn:
+            self.settled[call_id] = outcome
+            self.turn.notify()
+
+    def _submit_all(self) -> None:
+        """On the loop: the calls the program's thread has handed over, in its order."""
+        with self.turn:
+            calls, self.outbox = self.outbox, []
+        for call in calls:
+            self._submit(*call)
+
+    def _submit(self, call_id: int, number: int, name: str, args: Any, awaited: bool) -> None:
+        """On the loop: the program's call ``call_id`` (its ``number``-th, within
+        ``max_calls``) of ``name``, submitted to the driver. ``awaited``: the program is
+        blocked on it (it submits nothing until the call commits)."""
+        if self.stopping is not None:  # stopped while the call was on its way here
+            self._settle(call_id, {"exception": RuntimeError("run_code was cancelled")})
+            return
         ctx = self.ctx
-        call = ToolCall(call_id=f"{ctx.call_id}.{self.calls}", name=name, arguments=args,
-                        scope=ctx.scope, parent=ctx.token, signal=ctx.signal)
-        index = self.driver.submit(call, ctx.scope, awaited=awaited)
+        try:
+            call = ToolCall(call_id=f"{ctx.call_id}.{number}", name=name, arguments=args,
+                            scope=ctx.scope, parent=ctx.token, signal=ctx.signal)
+            self.driver.submit(call, ctx.scope, awaited=awaited)
+        except Exception as exc:  # a defect: run_code fails with it, the thread stops
+            self.failure = exc
+            self._halt()
+            return
         self.names.append(name)
-        return index
+        self.ids.append(call_id)
 
     async def _program(self, pool: SandboxPool, sdk: str, code: str) -> Any:
         """Run the program; its ``ToolOutput``, or the exception ``run_code`` raises."""
@@ -214,47 +262,56 @@ class _Program:
 
         settings = self.settings
         logs = pm.CollectString(max_bytes=settings.max_output_bytes)
-        tools = pm.ClassInstance(self.tools, allowed_methods={*self.methods, "call"})
-        deadline: asyncio.Timeout | None = None
+        tools = pm.ClassInstance(_Tools(), allowed_methods={*self.methods, "call"})
+        # A program checked against this very SDK before passes again: the check is a
+        # pure function of the two (``TypeChecked``).
+        known = settings.type_check and pool.checked.knows(sdk, code)
         try:
-            # A program checked against this very SDK before passes again: the check is
-            # a pure function of the two (``TypeChecked``).
-            known = settings.type_check and pool.checked.knows(sdk, code)
             async with pool.session(sdk, settings, known) as session:
                 self.pid = session.worker_pid
                 # The sandbox's own limit counts its execution only: this one bounds the
                 # program's whole time, its waits on nested calls included.
-                async with asyncio.timeout(settings.max_duration) as deadline:
+                async with asyncio.timeout(settings.max_duration) as self.deadline:
                     try:
-                        snapshot = await self._step(session.feed_start(
-                            code, inputs={"tools": tools}, print_callback=logs,
-                            skip_type_check=known))
-                        if settings.type_check and not known:
-                            pool.checked.add(sdk, code)  # it parsed and passed its check
-                        while not isinstance(snapshot, pm.MontyComplete):
-                            snapshot = await self._step(await self._answer(snapshot, pm))
+                        output = await self._step(pool.call(
+                            self._run, session, code, tools, logs, known, pm))
                     except asyncio.CancelledError:
-                        # Stopped mid-run: the worker may still be running the program,
-                        # and the sandbox stops it on its own time. Killed here, while the
-                        # session is still ours, nothing of the program runs after
+                        # Stopped mid-run (the worker was killed, ``_halt``): killed while
+                        # the session is still ours, nothing of the program runs after
                         # run_code returns; the pool replaces the worker.
                         self._kill()
                         raise
-                output = snapshot.output
-        except pm.MontyError as exc:
+                    finally:
+                        if self.parsed and settings.type_check and not known:
+                            pool.checked.add(sdk, code)  # it parsed and passed its check
+        except (pm.MontyError, _Halted) as exc:
+            if self.failure is not None:  # halted by a defect: run_code fails with it
+                raise self.failure from None
+            if isinstance(exc, _Halted):  # (halted, not cancelled: only by a defect)
+                raise
             return self._failed(exc, logs.output, pm)
         except TimeoutError:
-            if deadline is None or not deadline.expired():
+            if self.deadline is None or not self.deadline.expired():
                 raise
             return self._overran(logs.output)
         if self.over_calls:
             return _failure("call-limit", f"the program made more than {settings.max_calls} "
                             "tool calls", logs.output, None)
-        return self._success(code, output, logs.output)
+        return self._success(output, logs.output)
 
-    async def _answer(self, snapshot: Any, pm: Any) -> Any:
-        """How the program is resumed after ``snapshot`` (``_program`` awaits it)."""
-        if isinstance(snapshot, pm.AsyncFunctionSnapshot):
+    def _run(self, session: Any, code: str, tools: Any, logs: Any, known: bool,
+             pm: Any) -> Any:
+        """On the program's thread: run the program to its end; its output."""
+        snapshot = session.feed_start(code, inputs={"tools": tools}, print_callback=logs,
+                                      skip_type_check=known)
+        self.parsed = True
+        while not isinstance(snapshot, pm.MontyComplete):
+            snapshot = self._answer(snapshot, pm)
+        return snapshot.output
+
+    def _answer(self, snapshot: Any, pm: Any) -> Any:
+        """On the program's thread: the program resumed after ``snapshot``."""
+        if isinstance(snapshot, pm.FunctionSnapshot):
             name = snapshot.function_name
             if snapshot.is_os_function:
                 return snapshot.resume_not_handled()
@@ -281,50 +338,40 @@ class _Program:
                     f"call limit reached: a program may make at most "
                     f"{self.settings.max_calls} tool calls")})
             payload = args[0] if args else kwargs.get("args", {})
-            if snapshot.allow_eager_await:
-                # Awaited at once (no other sandbox task can run): answered in place, one
-                # round trip to the worker instead of a future and then its value.
-                self.tools.answer = self._answer_now(name, payload)
-                return self._in_place(snapshot.resume_auto())
-            # The answer goes to the worker first; the call is submitted while it travels.
-            resumed = snapshot.resume({"future": ...})
-            self.pending[snapshot.call_id] = self._submit(name, payload)
-            self.called[snapshot.call_id] = name
-            return resumed
-        if isinstance(snapshot, pm.AsyncFutureSnapshot):
-            wanted = snapshot.pending_call_ids
-            while True:
-                ready = {i: self._settled(i) for i in wanted
-                         if self.pending.get(i) in self.results}
-                if ready:
-                    return snapshot.resume(ready)
-                self.committed.clear()
-                await self.committed.wait()
+            self.calls += 1
+            call_id = snapshot.call_id
+            self.pending.add(call_id)
+            self.called[call_id] = name
+            # Submitted while the answer travels to the worker: the loop starts the call
+            # as the program goes on to its next suspension.
+            with self.turn:
+                self.outbox.append((call_id, self.calls, name, payload,
+                                    snapshot.allow_eager_await))
+                first = len(self.outbox) == 1
+            if first:  # (else the loop has yet to take the calls before it: it takes this too)
+                self._hand_over(self._submit_all)
+            return snapshot.resume({"future": ...})
+        if isinstance(snapshot, pm.FutureSnapshot):
+            return snapshot.resume(self._wait(snapshot.pending_call_ids))
         return snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
 
-    async def _in_place(self, resumed: Awaitable[Any]) -> Any:
-        """``resume_auto()`` of a call answered in place, and the answer closed if the
-        sandbox never asked for it."""
+    def _hand_over(self, callback: Callable[..., object], *args: Any) -> None:
         try:
-            return await resumed
-        finally:
-            answer, self.tools.answer = self.tools.answer, None
-            if answer is not None:
-                answer.close()
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: nothing will commit the call
+            raise _Halted from None
 
-    async def _answer_now(self, name: str, payload: Any) -> Any:
-        """A call the program awaits at once: its value, or its ``ToolCallError``."""
-        index = self._submit(name, payload, awaited=True)
-        while index not in self.results:
-            self.committed.clear()
-            await self.committed.wait()
-        outcome = self._outcome(index)
-        if "exception" in outcome:
-            raise outcome["exception"]
-        return outcome["return_value"]
-
-    def _settled(self, monty_id: int) -> Any:
-        return self._outcome(self.pending.pop(monty_id))
+    def _wait(self, wanted: list[int]) -> dict[int, Any]:
+        """On the program's thread: the settled calls among ``wanted``, once there is one
+        (the program awaits them: ``asyncio.gather`` waits for all, in any order)."""
+        with self.turn:
+            while True:
+                ready = {i: self.settled.pop(i) for i in wanted if i in self.settled}
+                if ready:
+                    self.pending.difference_update(ready)
+                    return ready
+                if self.halted or (not self.turn.wait(_LOOK) and self.loop.is_closed()):
+                    raise _Halted
 
     def _outcome(self, index: int) -> Any:
         """What the sandbox is told of committed call ``index``."""
@@ -338,10 +385,12 @@ class _Program:
         assert info is not None
         return {"exception": RuntimeError(error_text(self.names[index], info.code, info.message))}
 
-    def _success(self, code: str, output: Any, logs: str) -> Any:
+    def _success(self, output: Any, logs: str) -> Any:
         value: dict[str, Any] = {"logs": logs}
         text = logs
-        if output is not None and _ends_in_expression(code):  # None: as a REPL shows it
+        # The sandbox's output is the last statement's value when that is an expression,
+        # else None; None shows nothing, as in a REPL.
+        if output is not None:
             limit = self.settings.max_output_bytes
             over = _scan(output, limit - len(logs.encode()), self._unawaited)  # uncopied
             if over is _DEEP:
@@ -410,14 +459,16 @@ class _Program:
             kind = "output-limit"
         return _failure(kind, message, logs, type_name)
 
+    def _overran_reason(self) -> str:
+        return f"the program ran longer than max_duration ({self.settings.max_duration:g} s)"
+
     def _overran(self, logs: str) -> CodeFailedError:
         """The program ran past ``max_duration`` (waiting on nested calls, say): its
-        started calls are cancelled, and commit before ``run_code`` returns."""
-        reason = f"the program ran longer than max_duration ({self.settings.max_duration:g} s)"
+        started calls are cancelled (``_halt``), and commit before ``run_code`` returns."""
         self.driver.close_feed()
-        self.driver.cancel(reason)
-        return _failure("timeout", f"{reason} of wall time, waits on tool calls included",
-                        logs, None)
+        self.driver.cancel(self._overran_reason())  # (done already, unless it just ended)
+        return _failure("timeout", f"{self._overran_reason()} of wall time, waits on tool "
+                        "calls included", logs, None)
 
     def _forward(self) -> None:
         """Nested results' contexts (and successful images) to run_code, in order."""
@@ -435,24 +486,10 @@ class _Program:
 
 
 class _Tools:
-    """The host object behind the program's ``tools``.
+    """The host object behind the program's ``tools``. Its methods are never called:
+    each call the program makes suspends it, and ``_Program._answer`` answers."""
 
-    A call the program awaits at once is answered by ``resume_auto()``, which calls the
-    method the program named here and awaits what it returns: the ``answer`` coroutine
-    ``_Program._answer`` has just made for that call (its checks done, its arguments
-    read). No other call reaches this object.
-    """
-
-    __slots__ = ("answer",)
-
-    def __init__(self) -> None:
-        self.answer: Coroutine[Any, Any, Any] | None = None
-
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        answer, self.answer = self.answer, None
-        if answer is None:
-            raise AttributeError(method)
-        return lambda *args, **kwargs: answer
+    __slots__ = ()
 
 
 def _inner(exc: Exception) -> BaseException | None:
@@ -516,12 +553,3 @@ def _scan(value: Any, budget: int, unawaited: Callable[[str], int | None]) -> ob
         if size > budget:
             return _OVER
     return None
-
-
-def _ends_in_expression(code: str) -> bool:
-    """Whether the program's last statement is an expression (its value is the result)."""
-    try:
-        body = ast.parse(code).body
-    except (SyntaxError, ValueError):
-        return False
-    return bool(body) and isinstance(body[-1], ast.Expr)
