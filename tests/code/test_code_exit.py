@@ -1,14 +1,17 @@
 """A plain ``asyncio.run(main())`` script that used code mode exits 0 (issue 25, item 1).
 
-pydantic-monty 1.4.0 resolves its futures from the threads of its Rust runtime. A thread
-still inside the interpreter when finalization begins (the one that resolved the last
-future, finishing ``call_soon_threadsafe``, or one coming back for a future that was
-cancelled) is ended with ``pthread_exit``, whose unwinding through Rust frames aborts
-the process: SIGABRT after all its output, in about one run in six before the fix. No
-``gc.collect()`` or other workaround is in these scripts; each runs in a fresh
-interpreter, with and without closing the registry, after a program that completed,
-was cancelled (its signal, or its task), timed out, or hit the memory limit. The abort
-is a race, so each script runs several times (concurrently, to keep the test short).
+pydantic-monty 1.4.0's ``AsyncMonty`` resolves its futures from the threads of its Rust
+runtime. A thread still inside the interpreter when finalization begins (the one that
+resolved the last future, finishing ``call_soon_threadsafe``, or one coming back for a
+future that was cancelled) is ended with ``pthread_exit``, whose unwinding through Rust
+frames aborts the process: SIGABRT after all its output, in about one run in six
+before the first fix. The pool now drives the sandbox's synchronous API from threads of
+its own, which the interpreter joins before it finalizes (code-mode.md, "Interpreter
+exit"). No ``gc.collect()`` or other workaround is in these scripts; each runs in a
+fresh interpreter, with and without closing the registry, after a program that
+completed, was cancelled (its signal, or its task), timed out, or hit the memory limit.
+An abort would be a race, so each script runs several times (concurrently, to keep the
+test short).
 """
 
 from __future__ import annotations
