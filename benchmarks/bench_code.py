@@ -4,9 +4,9 @@ A nested call's cost is the difference between a program making ``NESTED`` seque
 calls and one making none, divided by ``NESTED``; the sandbox round trip is the same
 difference for the sandbox alone (``pydantic_monty`` driven as the runtime drives it: a
 program run on a thread through the sync API, each call answered with a future and then
-its value, no registry), so the two subtract to what toolrail adds per nested call. Both programs run
-with ``type_check=False``: a program that calls tools costs the checker more than
-``1 + 1`` does, and that belongs to the fixed cost, not to each call.
+its value, no registry), so the two subtract to what toolrail adds per nested call.
+Both programs run with ``type_check=False``: a program that calls tools costs the
+checker more than ``1 + 1`` does, and that belongs to the fixed cost, not to each call.
 
 Each sample is timed the way an agent meets it: the pools have had the time between
 model steps to come to rest (the registry's spare session warm, the sessions of earlier

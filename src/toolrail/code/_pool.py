@@ -210,7 +210,8 @@ class SandboxPool:
             return None
         del self._spares[key]
         try:
-            spare = await asyncio.shield(task)
+            # (A warm one is taken at once: no wait, so no turn of the event loop.)
+            spare = task.result() if task.done() else await asyncio.shield(task)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and (current is None or not current.cancelling()):
