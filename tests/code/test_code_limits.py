@@ -95,12 +95,14 @@ UNAWAITED = ('a tool call was not awaited: the program\'s result holds the call 
              "await asyncio.gather(...) for several)")
 
 
-async def test_a_call_not_awaited_in_the_result_is_an_error_and_commits_first() -> None:
+async def test_a_call_not_awaited_in_the_result_is_an_error_and_never_starts() -> None:
     async with echoing() as registry:
         seen: list[str] = []
         registry.on_result(lambda e, r: seen.append(e.call_id))
         in_a_list = await run(registry, '[tools.echo({"text": "a"})]')
-        assert seen == ["r.1", "r"]  # the call ran and committed before run_code returned
+        # A call not awaited at once is held until the program waits; this one never
+        # did, so its call never started (as a coroutine never awaited never runs).
+        assert seen == ["r"]
         in_a_dict = await run(registry, '{"a": tools.echo({"text": "a"})}')
     for result in (in_a_list, in_a_dict):
         assert failure(result, "runtime") == (UNAWAITED, "CodeFailedError")

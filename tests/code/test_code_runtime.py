@@ -458,3 +458,45 @@ async def test_a_worker_killed_mid_program_is_a_crashed_failure() -> None:
         assert "after" not in detail
         # The pool replaced the worker.
         assert (await run(registry, "1 + 1")).value == {"logs": "", "result": 2}
+
+
+async def _started_while_the_program_runs_on(code: str, settings: CodeSettings,
+                                             calls: int) -> list[str]:
+    """The ids of the nested calls that started while ``code`` had not yet ended (it
+    ends in an endless loop, and is cancelled once ``calls`` calls have started)."""
+    started: list[str] = []
+    all_started = asyncio.Event()
+
+    async def mark(arguments: Any, ctx: tr.RunContext) -> str:
+        started.append(ctx.call_id)
+        if len(started) == calls:
+            all_started.set()
+        return "marked"
+
+    async with tr.ToolRegistry(presentation="code", code=settings) as registry:
+        registry.register(tr.Tool(name="mark", description="Mark.",
+                                  parameters={"type": "object"}, execute=mark,
+                                  concurrency_safe=True))
+        signal_ = tr.CancelController()
+        task = asyncio.create_task(within(registry.execute(tr.ToolCall(
+            call_id="r", name="run_code", arguments={"code": code},
+            signal=signal_.signal)), 30))
+        await within(all_started.wait(), 30)
+        signal_.cancel("enough")
+        result = await task
+    assert result.error is not None and result.error.code == "ABORTED", result.text
+    return started
+
+
+async def test_calls_not_awaited_start_once_max_parallel_of_them_are_held() -> None:
+    started = await _started_while_the_program_runs_on(
+        "a = tools.mark({})\nb = tools.mark({})\nwhile True:\n    pass",
+        CodeSettings(max_parallel=2, type_check=False, max_duration=60), calls=2)
+    assert started == ["r.1", "r.2"]
+
+
+async def test_calls_not_awaited_start_when_the_program_sleeps() -> None:
+    started = await _started_while_the_program_runs_on(
+        "import asyncio\na = tools.mark({})\nawait asyncio.sleep(30)",
+        CodeSettings(type_check=False, max_duration=60), calls=1)
+    assert started == ["r.1"]

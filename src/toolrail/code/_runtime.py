@@ -133,6 +133,7 @@ class _Program:
         self.turn = threading.Condition(threading.Lock())
         self.settled: dict[int, Any] = {}
         self.outbox: list[tuple[int, int, str, Any, bool]] = []  # calls for the loop
+        self.handed = False  # the loop has been asked to take the outbox, and has not yet
         self.halted = False
 
     def stop(self, reason: str) -> None:
@@ -234,6 +235,7 @@ class _Program:
         """On the loop: the calls the program's thread has handed over, in its order."""
         with self.turn:
             calls, self.outbox = self.outbox, []
+            self.handed = False
         for call in calls:
             self._submit(*call)
 
@@ -313,7 +315,8 @@ class _Program:
         """On the program's thread: the program resumed after ``snapshot``."""
         if isinstance(snapshot, pm.FunctionSnapshot):
             name = snapshot.function_name
-            if snapshot.is_os_function:
+            if snapshot.is_os_function:  # (asyncio.sleep, say: the held calls start)
+                self._flush()
                 return snapshot.resume_not_handled()
             if snapshot.object_id is None or not (name in self.methods or name == "call"):
                 return snapshot.resume(
@@ -342,18 +345,31 @@ class _Program:
             call_id = snapshot.call_id
             self.pending.add(call_id)
             self.called[call_id] = name
-            # Submitted while the answer travels to the worker: the loop starts the call
-            # as the program goes on to its next suspension.
+            awaited = snapshot.allow_eager_await
             with self.turn:
-                self.outbox.append((call_id, self.calls, name, payload,
-                                    snapshot.allow_eager_await))
-                first = len(self.outbox) == 1
-            if first:  # (else the loop has yet to take the calls before it: it takes this too)
-                self._hand_over(self._submit_all)
+                self.outbox.append((call_id, self.calls, name, payload, awaited))
+                held = len(self.outbox)
+            # A call the program does not await at once is held until the program waits
+            # (or ``max_parallel`` are held): a gather's calls then reach the loop in one
+            # hand-over, after the program's turns, which the loop's work would slow down
+            # (both need the interpreter's lock). Handed over before the answer travels
+            # to the worker, an awaited call starts as the program reaches its await.
+            if awaited or held >= self.settings.max_parallel:
+                self._flush()
             return snapshot.resume({"future": ...})
+        self._flush()  # the program waits, or may run on for long: the held calls start
         if isinstance(snapshot, pm.FutureSnapshot):
             return snapshot.resume(self._wait(snapshot.pending_call_ids))
         return snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
+
+    def _flush(self) -> None:
+        """On the program's thread: hand the held calls to the loop, unless it has yet to
+        take earlier ones (it takes these with them)."""
+        with self.turn:
+            if not self.outbox or self.handed:
+                return
+            self.handed = True
+        self._hand_over(self._submit_all)
 
     def _hand_over(self, callback: Callable[..., object], *args: Any) -> None:
         try:
