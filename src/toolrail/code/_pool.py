@@ -19,15 +19,15 @@ is still running when the process exits.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-import functools
 import hashlib
 import os
 import select
 import signal as signals
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from .._model.errors import ToolAbortedError
 from ._sdk import PRELUDE
@@ -35,7 +35,7 @@ from ._sdk import PRELUDE
 if TYPE_CHECKING:
     from ._settings import CodeSettings
 
-__all__ = ["SandboxPool", "alive", "settle"]
+__all__ = ["Operation", "SandboxPool", "alive", "settle"]
 
 T = TypeVar("T")
 
@@ -160,12 +160,11 @@ class SandboxPool:
         if self._monty is None:
             raise ToolAbortedError(_CLOSED)
 
-    def call(self, operation: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+    def call(self, operation: Callable[..., T], *args: Any, **kwargs: Any) -> Operation[T]:
         """``operation(*args, **kwargs)`` (a blocking sandbox call) on one of the pool's
         threads; await it with ``settle``."""
-        if kwargs:
-            operation = functools.partial(operation, **kwargs)
-        return asyncio.get_running_loop().run_in_executor(self._threads, operation, *args)
+        assert self._threads is not None
+        return Operation(self._threads.submit(operation, *args, **kwargs))
 
     @contextlib.asynccontextmanager
     async def session(self, sdk: str, settings: CodeSettings,
@@ -219,7 +218,7 @@ class SandboxPool:
             if not task.cancelled():
                 self._keep(key, task)  # the program was cancelled: the spare serves another
             raise
-        if spare is not None and not alive(spare.worker_pid):
+        if spare is not None and self._gone(spare.worker_pid):
             await self._exit(spare)  # its worker is gone: the pool replaces it
             return None
         return spare
@@ -297,19 +296,17 @@ class SandboxPool:
             await self._exit(session)
 
         try:
-            # Cancelled meanwhile, the checkout still completes: its session is closed.
-            await settle(self.call(session.__enter__), late=given_back)
+            # One operation on a thread (the event loop takes no turn between its steps).
+            # Cancelled meanwhile, it still completes: its session is closed.
+            failed = await settle(self.call(_prepare, session, options["type_check"], checked),
+                                  late=given_back)
         except BaseException:
-            self._release(session)
+            self._release(session)  # the checkout failed: there is no session to close
             raise
         self._seen(session.worker_pid)
-        try:
-            await settle(self.call(session.feed_run, _PRELUDE, skip_type_check=True))
-            if options["type_check"]:  # (unchecked for a program that needs no checker)
-                await settle(self.call(session.feed_run, _WARM_UP, skip_type_check=checked))
-        except BaseException:
+        if failed is not None:
             await self._exit(session)
-            raise
+            raise failed
         return session
 
     async def _exit(self, session: Any) -> None:
@@ -317,23 +314,27 @@ class SandboxPool:
         worker died) is the sandbox's to reap, not an error."""
         pid = session.worker_pid
         try:
-            await settle(self._bounded(self.call(session.__exit__, None, None, None), [pid]))
+            await self._bounded(self.call(session.__exit__, None, None, None), [pid])
         except Exception:
             pass
         finally:
             self._release(session)
 
-    async def _bounded(self, closing: Awaitable[T], pids: list[int | None]) -> T:
+    async def _bounded(self, closing: Operation[T], pids: list[int | None]) -> T:
         """Closing a session or the pool, awaited to its end. Closing waits for workers
         to answer: one that has not ended within ``_EXIT_GRACE`` waits on a worker that
         does not (stopped, or wedged), so ``pids`` are killed, which ends it."""
-        future = asyncio.ensure_future(closing)
-        await asyncio.wait((future,), timeout=_EXIT_GRACE)
-        if not future.done():
-            for pid in pids:
-                if pid is not None:
-                    self.kill(pid)
-        return await future
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(_EXIT_GRACE, self._kill_all, pids)
+        try:
+            return await settle(closing)
+        finally:
+            timer.cancel()
+
+    def _kill_all(self, pids: list[int | None]) -> None:
+        for pid in pids:
+            if pid is not None:
+                self.kill(pid)
 
     def _release(self, session: Any) -> None:
         slots = self._holding.pop(id(session), None)
@@ -350,6 +351,11 @@ class SandboxPool:
                 if fd is not None:
                     os.close(fd)
         self._workers[pid] = _pidfd(pid)
+
+    def _gone(self, pid: int | None) -> bool:
+        """Whether a worker has exited (on its pidfd: no read of /proc on a program's
+        way to its session)."""
+        return pid is None or _exited(pid, self._workers.get(pid))
 
     def kill(self, pid: int) -> bool:
         """SIGKILL this pool's worker ``pid`` if it still runs; whether it was sent.
@@ -409,8 +415,8 @@ class SandboxPool:
         monty, self._monty = self._monty, None
         try:
             if monty is not None:
-                await settle(self._bounded(self.call(monty.__exit__, None, None, None),
-                                           list(self._workers)))
+                await self._bounded(self.call(monty.__exit__, None, None, None),
+                                    list(self._workers))
         finally:
             await self._all_exited()
             if self._threads is not None:  # every sandbox call has ended by now
@@ -432,6 +438,32 @@ class SandboxPool:
                     os.close(fd)
 
 
+class Operation(Generic[T]):
+    """A sandbox call running (or queued) on one of the pool's threads (``call``)."""
+
+    __slots__ = ("running",)
+
+    def __init__(self, running: concurrent.futures.Future[T]) -> None:
+        self.running = running
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return asyncio.wrap_future(self.running).__await__()
+
+
+def _prepare(session: Any, warm_up: bool, checked: bool) -> Exception | None:
+    """On a pool thread: check ``session`` out, then feed it the prelude and, when
+    programs are type-checked, the warm-up (unchecked for a program checked before);
+    the exception of a feed that failed (the session is checked out all the same)."""
+    session.__enter__()
+    try:
+        session.feed_run(_PRELUDE, skip_type_check=True)
+        if warm_up:
+            session.feed_run(_WARM_UP, skip_type_check=checked)
+    except Exception as exc:
+        return exc
+    return None
+
+
 async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | None = None,
                  late: Callable[[T], Awaitable[object]] | None = None) -> T:
     """Await a sandbox operation to its end, even when the wait is cancelled.
@@ -441,7 +473,27 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
     or handed to the next program). So on a cancellation, ``on_cancel``
     runs (it makes the operation end now: a program's worker is killed), the operation
     is awaited to its end, ``late`` gets its result if it succeeded all the same (a
-    checkout's session is closed), and then the cancellation goes on."""
+    checkout's session is closed), and then the cancellation goes on. (A call still
+    queued for a thread is cancelled instead: it never runs.)"""
+    if isinstance(operation, Operation):
+        # Its thread's result is awaited directly (no shield: one turn of the event loop
+        # fewer); cancelled, the wait is taken up again until the call has ended.
+        running = operation.running
+        try:
+            return await asyncio.wrap_future(running)
+        except asyncio.CancelledError:
+            if on_cancel is not None and not running.done():
+                on_cancel()
+            while not running.done():
+                waiting = asyncio.wrap_future(running)
+                waiting.add_done_callback(_retrieved)  # its outcome is read from ``running``
+                try:
+                    await asyncio.wait((waiting,))
+                except asyncio.CancelledError:
+                    continue  # cancelled again: this wait is bounded by the call's end
+            if not running.cancelled() and running.exception() is None and late is not None:
+                await late(running.result())
+            raise
     future = asyncio.ensure_future(operation)
     try:
         return await asyncio.shield(future)
@@ -456,6 +508,11 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
         if not future.cancelled() and future.exception() is None and late is not None:
             await late(future.result())
         raise
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _pidfd(pid: int) -> int | None:

@@ -50,9 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CodeFailedError", "run_program"]
 
-_STOP_GRACE: Final = 1.0  # seconds a cancelled program's worker has to stop
 _DEATH_WAIT: Final = 2.0  # seconds a killed worker has to exit
 ENDED: Final = "the program ended"
+STARTING, LIVE, OVER = "starting", "live", "over"  # a program's phases
 _DEPTH: Final = 100  # levels of arrays and objects a program's result may nest
 _COROUTINE: Final = re.compile(r"<coroutine external_future\((\d+)\)>")  # a call's repr
 _LOOK: Final = 1.0  # seconds between a waiting program thread's looks at its event loop
@@ -115,10 +115,14 @@ class _Program:
         self.ids: list[int] = []
         self.results: dict[int, ToolResult] = {}  # committed, by driver index
         self.stopping: str | None = None
-        self.cancelled = asyncio.Event()
+        self.drive: asyncio.Task[None] | None = None  # the driver's, from the first call
+        self.stopper: asyncio.Task[None] | None = None  # halts a program stopped from outside
+        self.phase = STARTING  # then LIVE while its run is under way, then OVER
+        self.task: asyncio.Task[Any] | None = None  # the one running the program
+        self.interrupted = False  # its wait for a session was cancelled by a stop
         self.done = asyncio.Event()
         self.lookalikes: set[str] = set()  # values of calls that read like a call's repr
-        self.failure: Exception | None = None  # a call the loop could not submit
+        self.failure: BaseException | None = None  # a call the loop could not submit, or the driver failed
         self.pool: SandboxPool | None = None
         self.pid: int | None = None
         self.killed = False  # its worker was sent SIGKILL
@@ -137,37 +141,40 @@ class _Program:
         self.halted = False
 
     def stop(self, reason: str) -> None:
-        """Stop the program: no call starts any more; started ones finish and commit."""
+        """Stop the program: no call starts any more; started ones finish and commit.
+        Stopped from outside (not ``ENDED``), the program itself is then halted, once
+        its started calls have committed (``_stop_program``)."""
         if self.stopping is None:
             self.stopping = reason
             self.driver.close_feed()
             if reason != ENDED:
                 self.driver.cancel(reason)  # the started nested calls see their signal
-                self.cancelled.set()
+                self.stopper = self.loop.create_task(self._stop_program())
 
     async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
+        # The program runs in this task; the driver gets a task of its own only once the
+        # program submits a call, and a stopped program a task that halts it.
         self.pool = pool
+        self.task = task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
         unhook = self.ctx.signal.add_callback(lambda: self.stop("cancelled"))
-        outcome: Any = None
         try:
-            async with asyncio.TaskGroup() as group:
-                drive = group.create_task(self._drive())
-                program = group.create_task(self._program(pool, sdk, code))
-                cancelled = group.create_task(self.cancelled.wait())
-                await asyncio.wait((program, cancelled), return_when=asyncio.FIRST_COMPLETED)
-                if program.done():
-                    cancelled.cancel()
-                    self.stop(ENDED)  # unstarted calls are dropped; started ones commit
-                    outcome = program.result()
-                else:
-                    # Cancelled: the nested calls wind down first, then the sandbox stops.
-                    await drive
-                    program.cancel()
-                    await self._kill_if_stuck(program)
+            outcome = await self._program(pool, sdk, code)
+        except asyncio.CancelledError:
+            # Stopped while it waited for its session (``_stop_program``), as a timeout
+            # scope takes back the cancellation it made; any other is not ours.
+            if not self.interrupted or task.uncancel() > cancelling:
+                raise
+            outcome = None
         finally:
             unhook()
+            self.stop(ENDED)  # unstarted calls are dropped; started ones commit
+            await self._wind_down()
+        if self.failure is not None:  # the driver failed after the program ended
+            raise self.failure
         self._forward()
-        if outcome is None:
+        if self.stopping != ENDED:
             # Stopped: by registry.aclose(), or by the body signal, whoever fired it (the
             # caller, the tool's timeout, or an around-execute middleware's own deadline).
             # A stopped program has no outcome of its own: it is aborted. (Where the
@@ -179,12 +186,29 @@ class _Program:
             raise outcome
         return outcome  # type: ignore[no-any-return]
 
-    async def _kill_if_stuck(self, program: asyncio.Task[Any]) -> None:
-        done, _ = await asyncio.wait((program,), timeout=_STOP_GRACE)
-        if not done:
-            self._kill()
-        with contextlib.suppress(asyncio.CancelledError):
-            await program
+    async def _stop_program(self) -> None:
+        """A program stopped from outside: its nested calls wind down first (the driver
+        ends once the started ones have committed), then the program is halted, or its
+        wait for a session cancelled if it has not begun yet."""
+        if self.drive is not None:
+            await asyncio.wait((self.drive,))
+        if self.phase is LIVE:
+            self._halt()
+        elif self.phase is STARTING and self.task is not None:
+            self.interrupted = True  # its wait for a session ends at once
+            self.task.cancel()
+
+    async def _wind_down(self) -> None:
+        """After the program's run: wait for the driver and the stopper to end, whatever
+        cancellation comes meanwhile (nothing of the program outlives ``run_code``), and
+        for a killed worker to exit."""
+        tasks = [task for task in (self.drive, self.stopper) if task is not None]
+        while not all(task.done() for task in tasks):
+            try:
+                await asyncio.wait(tasks)
+            except asyncio.CancelledError:
+                for task in tasks:
+                    task.cancel()  # cancelled again: the nested calls are cancelled
         await self._dead()
 
     async def _dead(self) -> None:
@@ -204,7 +228,11 @@ class _Program:
     async def _step(self, operation: Awaitable[Any]) -> Any:
         """The program's run on its thread, awaited to its end: cancelled, the program is
         halted so that it ends at once (``_pool.settle``)."""
-        return await settle(operation, on_cancel=self._halt)
+        self.phase = LIVE
+        try:
+            return await settle(operation, on_cancel=self._halt)
+        finally:
+            self.phase = OVER
 
     def _halt(self) -> None:
         """End the program's run now: the worker is killed (a resume ends at once), the
@@ -217,9 +245,19 @@ class _Program:
         self.driver.cancel(self._overran_reason() if deadline is not None and
                            deadline.expired() else "cancelled")
 
-    async def _drive(self) -> None:
-        """Commit the nested calls in submission order, telling the program of each."""
-        await self.driver.run(self._committed)
+    def _drive(self) -> None:
+        """Start the driver, which commits the nested calls in submission order and tells
+        the program of each; one that fails halts the program (and fails ``run_code``)."""
+        self.drive = self.loop.create_task(self.driver.run(self._committed))
+        self.drive.add_done_callback(self._driven)
+
+    def _driven(self, drive: asyncio.Task[None]) -> None:
+        if drive.cancelled() or drive.exception() is None:
+            return
+        if self.failure is None:
+            self.failure = drive.exception()
+        if self.phase is LIVE:
+            self._halt()  # the calls the program waits on would never commit
 
     def _committed(self, index: int, result: ToolResult) -> None:
         self.results[index] = result
@@ -251,6 +289,8 @@ class _Program:
             call = ToolCall(call_id=f"{ctx.call_id}.{number}", name=name, arguments=args,
                             scope=ctx.scope, parent=ctx.token, signal=ctx.signal)
             self.driver.submit(call, ctx.scope, awaited=awaited)
+            if self.drive is None:
+                self._drive()
         except Exception as exc:  # a defect: run_code fails with it, the thread stops
             self.failure = exc
             self._halt()
@@ -282,6 +322,8 @@ class _Program:
                         # the session is still ours, nothing of the program runs after
                         # run_code returns; the pool replaces the worker.
                         self._kill()
+                        if self.drive is not None and not self.deadline.expired():
+                            self.drive.cancel()  # cancelled from outside: so are the calls
                         raise
                     finally:
                         if self.parsed and settings.type_check and not known:
@@ -289,6 +331,8 @@ class _Program:
         except (pm.MontyError, _Halted) as exc:
             if self.failure is not None:  # halted by a defect: run_code fails with it
                 raise self.failure from None
+            if self.stopping not in (None, ENDED):  # halted once stopped: run_code aborts
+                return None
             if isinstance(exc, _Halted):  # (halted, not cancelled: only by a defect)
                 raise
             return self._failed(exc, logs.output, pm)
