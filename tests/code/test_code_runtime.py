@@ -500,3 +500,22 @@ async def test_calls_not_awaited_start_when_the_program_sleeps() -> None:
         "import asyncio\na = tools.mark({})\nawait asyncio.sleep(30)",
         CodeSettings(type_check=False, max_duration=60), calls=1)
     assert started == ["r.1"]
+
+
+@pytest.mark.parametrize("code", [
+    "import asyncio\nawait asyncio.sleep(0.01)\n1",
+    "import asyncio\nawait asyncio.gather(asyncio.sleep(0.02), tools.read_file({'path': 'a'}))\n1",
+    "import asyncio\nawait asyncio.sleep(-1)\nawait asyncio.sleep(0)\n1",
+    "import time\ntime.sleep(0.01)\n1",
+])
+async def test_a_program_sleeps(registry: tr.ToolRegistry, code: str) -> None:
+    assert (await run(registry, code)).value == {"logs": "", "result": 1}
+
+
+async def test_a_sleep_past_max_duration_is_a_timeout() -> None:
+    async with tr.ToolRegistry(presentation="code",
+                               code=CodeSettings(max_duration=0.2)) as registry:
+        for code in ("import asyncio\nawait asyncio.sleep(3600)", "import time\ntime.sleep(3600)"):
+            result = await run(registry, code)
+            assert result.error is not None and result.error.code == "CODE_FAILED", result.text
+            assert result.error.message.startswith("code run failed (timeout): "), code

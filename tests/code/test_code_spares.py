@@ -308,4 +308,5 @@ async def test_a_spare_whose_checkout_fails_leaves_the_next_program_to_check_out
         assert (await _run(registry, "1 + 1")).value == {"logs": "", "result": 2}
         await _pool(registry).ready()
         assert (await _run(registry, "2 + 2")).value == {"logs": "", "result": 4}
+        await _pool(registry).ready()
     assert made[0].checkouts == 4  # the failed spare, a new checkout, and the next spare

@@ -186,6 +186,7 @@ class SandboxPool:
         key = (sdk, settings)
         self._settle_loop()
         spare = await self._take(key, wait=not checked)
+        closed = None
         try:
             session = spare if spare is not None else await self._open(options, checked)
             try:
@@ -195,11 +196,13 @@ class SandboxPool:
                 # was killed, and has exited), and a session takes 0.3-2.5 ms to close (a
                 # type-checked one the most), which its result need not wait for. Its
                 # slot is held until it is closed; ``close()`` waits for it.
-                self._close_later(session)
+                closed = self._close_later(session)
         finally:
             # For the next program with this key, warmed once this one is over (while
-            # the model reads its result) so that it never competes with it for the CPU.
-            self._warm_spare(key, options)
+            # the model reads its result) so that it never competes with it for the CPU:
+            # its warm-up begins once this program's session is closed, which follows
+            # the call's end.
+            self._warm_spare(key, options, after=closed)
 
     async def _take(self, key: Any, wait: bool = True) -> Any:
         """The spare for ``key`` once warm, if there is one and its worker lives (and,
@@ -218,14 +221,15 @@ class SandboxPool:
             if not task.cancelled():
                 self._keep(key, task)  # the program was cancelled: the spare serves another
             raise
-        if spare is not None and self._gone(spare.worker_pid):
+        if spare is not None and not alive(spare.worker_pid):
             await self._exit(spare)  # its worker is gone: the pool replaces it
             return None
         return spare
 
-    def _warm_spare(self, key: Any, options: dict[str, Any]) -> None:
+    def _warm_spare(self, key: Any, options: dict[str, Any],
+                    after: asyncio.Future[None] | None = None) -> None:
         if not self._closed and key not in self._spares:
-            self._keep(key, asyncio.get_running_loop().create_task(self._warm(options)))
+            self._keep(key, asyncio.get_running_loop().create_task(self._warm(options, after)))
 
     def _keep(self, key: Any, task: asyncio.Task[Any]) -> None:
         if key in self._spares or self._closed:
@@ -245,10 +249,31 @@ class SandboxPool:
             return
         self._close_later(task.result())
 
-    def _close_later(self, session: Any) -> None:
-        closing = asyncio.ensure_future(self._exit(session))
-        self._closing.add(closing)
-        closing.add_done_callback(self._closing.discard)
+    def _close_later(self, session: Any) -> asyncio.Future[None]:
+        """Close ``session`` on a pool thread, begun at once (no turn of the event loop,
+        no task); its slot is given back, and the future returned set, once it is closed
+        (or failed to close: its worker died, and it is the sandbox's to reap). A close
+        that has not ended within ``_EXIT_GRACE`` waits on a worker that does not
+        answer: the worker is killed."""
+        loop = asyncio.get_running_loop()
+        closed = loop.create_future()
+        self._closing.add(closed)
+        timer = loop.call_later(_EXIT_GRACE, self._kill_all, [session.worker_pid])
+
+        def done() -> None:
+            timer.cancel()
+            self._release(session)
+            self._closing.discard(closed)
+            if not closed.done():
+                closed.set_result(None)
+
+        def ended(_: concurrent.futures.Future[Any]) -> None:  # on the closing thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
+                loop.call_soon_threadsafe(done)
+
+        assert self._threads is not None
+        self._threads.submit(session.__exit__, None, None, None).add_done_callback(ended)
+        return closed
 
     def _settle_loop(self) -> None:
         """Spares belong to the event loop that warmed them. A registry used from a new
@@ -267,9 +292,12 @@ class SandboxPool:
             if task.done():
                 self._discard(task)
 
-    async def _warm(self, options: dict[str, Any]) -> Any:
-        """A spare session; ``None`` if it could not be warmed (programs then check out)."""
+    async def _warm(self, options: dict[str, Any], after: asyncio.Future[None] | None) -> Any:
+        """A spare session, warmed once ``after`` is done; ``None`` if it could not be
+        warmed (programs then check out)."""
         try:
+            if after is not None:
+                await asyncio.wait((after,))  # (cancelled, this task leaves ``after`` be)
             return await self._open(options)
         except Exception:
             return None
@@ -352,11 +380,6 @@ class SandboxPool:
                     os.close(fd)
         self._workers[pid] = _pidfd(pid)
 
-    def _gone(self, pid: int | None) -> bool:
-        """Whether a worker has exited (on its pidfd: no read of /proc on a program's
-        way to its session)."""
-        return pid is None or _exited(pid, self._workers.get(pid))
-
     def kill(self, pid: int) -> bool:
         """SIGKILL this pool's worker ``pid`` if it still runs; whether it was sent.
         Called while a session still holds the worker, so the pid is still its own; the
@@ -383,9 +406,11 @@ class SandboxPool:
         sessions being closed are closed: for the benchmarks and tests, which time or
         check a program that finds the pool at rest, as a model's next step does."""
         self._settle_loop()
-        busy: list[asyncio.Future[Any]] = [*self._closing]
-        busy += (task for task in self._spares.values() if not task.done())
-        if busy:
+        while True:  # (a session's close is followed by its spare's warm-up)
+            busy: list[asyncio.Future[Any]] = [*self._closing]
+            busy += (task for task in self._spares.values() if not task.done())
+            if not busy:
+                return
             await asyncio.wait(busy)
 
     async def close(self) -> None:

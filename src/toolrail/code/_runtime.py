@@ -56,6 +56,9 @@ STARTING, LIVE, OVER = "starting", "live", "over"  # a program's phases
 _DEPTH: Final = 100  # levels of arrays and objects a program's result may nest
 _COROUTINE: Final = re.compile(r"<coroutine external_future\((\d+)\)>")  # a call's repr
 _LOOK: Final = 1.0  # seconds between a waiting program thread's looks at its event loop
+_ASYNC_SLEEP: Final = "system.async_sleep"  # the sandbox's OS calls that sleep
+_SLEEP: Final = "system.sleep"
+_LONGEST: Final = threading.TIMEOUT_MAX  # a sleep past it ends at max_duration anyway
 
 
 _FAILURES: dict[str, type[CodeFailedError]] = {}
@@ -138,6 +141,7 @@ class _Program:
         self.settled: dict[int, Any] = {}
         self.outbox: list[tuple[int, int, str, Any, bool]] = []  # calls for the loop
         self.handed = False  # the loop has been asked to take the outbox, and has not yet
+        self.timers: list[asyncio.TimerHandle] = []  # the loop's, for the program's sleeps
         self.halted = False
 
     def stop(self, reason: str) -> None:
@@ -202,6 +206,8 @@ class _Program:
         """After the program's run: wait for the driver and the stopper to end, whatever
         cancellation comes meanwhile (nothing of the program outlives ``run_code``), and
         for a killed worker to exit."""
+        for timer in self.timers:  # sleeps the program did not wait out
+            timer.cancel()
         tasks = [task for task in (self.drive, self.stopper) if task is not None]
         while not all(task.done() for task in tasks):
             try:
@@ -233,6 +239,7 @@ class _Program:
             return await settle(operation, on_cancel=self._halt)
         finally:
             self.phase = OVER
+            self.stop(ENDED)  # the driver winds down while the session is given back
 
     def _halt(self) -> None:
         """End the program's run now: the worker is killed (a resume ends at once), the
@@ -361,7 +368,7 @@ class _Program:
             name = snapshot.function_name
             if snapshot.is_os_function:  # (asyncio.sleep, say: the held calls start)
                 self._flush()
-                return snapshot.resume_not_handled()
+                return self._os_call(snapshot, name)
             if snapshot.object_id is None or not (name in self.methods or name == "call"):
                 return snapshot.resume(
                     {"exception": NameError(f"name {name!r} is not defined")})
@@ -405,6 +412,31 @@ class _Program:
         if isinstance(snapshot, pm.FutureSnapshot):
             return snapshot.resume(self._wait(snapshot.pending_call_ids))
         return snapshot.resume_auto()  # a name lookup: the sandbox's own NameError
+
+    def _os_call(self, snapshot: Any, name: str) -> Any:
+        """On the program's thread: the program resumed after a call of the sandbox's
+        OS layer. The synchronous API leaves sleeping to the host: ``asyncio.sleep`` is
+        a future the loop settles when its time is up, ``time.sleep`` a wait here
+        (which a halt ends); everything else is refused as the sandbox refuses it."""
+        if name not in (_ASYNC_SLEEP, _SLEEP):
+            return snapshot.resume_not_handled()
+        delay = snapshot.args[0] if snapshot.args else 0
+        seconds = min(float(delay), _LONGEST) if type(delay) in (int, float) else 0.0
+        seconds = seconds if seconds > 0 else 0.0  # (NaN too: asyncio.sleep's own reading)
+        if name == _ASYNC_SLEEP:
+            self._hand_over(self._sleep, snapshot.call_id, seconds)
+            return snapshot.resume({"future": ...})
+        with self.turn:
+            if self.turn.wait_for(lambda: self.halted, seconds):
+                raise _Halted
+        return snapshot.resume({"return_value": None})
+
+    def _sleep(self, call_id: int, seconds: float) -> None:
+        """On the loop: settle the program's ``asyncio.sleep`` ``call_id`` in ``seconds``
+        (the timer is cancelled if the program ends first)."""
+        if self.stopping is None:
+            self.timers.append(self.loop.call_later(
+                seconds, self._settle, call_id, {"return_value": None}))
 
     def _flush(self) -> None:
         """On the program's thread: hand the held calls to the loop, unless it has yet to
