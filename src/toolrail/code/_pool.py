@@ -35,7 +35,7 @@ from ._sdk import PRELUDE
 if TYPE_CHECKING:
     from ._settings import CodeSettings
 
-__all__ = ["Operation", "SandboxPool", "alive", "settle"]
+__all__ = ["Operation", "SandboxPool", "alive", "ended", "settle"]
 
 T = TypeVar("T")
 
@@ -509,13 +509,8 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
         except asyncio.CancelledError:
             if on_cancel is not None and not running.done():
                 on_cancel()
-            while not running.done():
-                waiting = asyncio.wrap_future(running)
-                waiting.add_done_callback(_retrieved)  # its outcome is read from ``running``
-                try:
-                    await asyncio.wait((waiting,))
-                except asyncio.CancelledError:
-                    continue  # cancelled again: this wait is bounded by the call's end
+            with contextlib.suppress(asyncio.CancelledError):
+                await ended(running)
             if not running.cancelled() and running.exception() is None and late is not None:
                 await late(running.result())
             raise
@@ -533,6 +528,21 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
         if not future.cancelled() and future.exception() is None and late is not None:
             await late(future.result())
         raise
+
+
+async def ended(running: concurrent.futures.Future[Any]) -> None:
+    """Wait until a call on a pool thread has ended, whatever cancellation comes
+    meanwhile (raised once it has: the wait is bounded by the call's end)."""
+    cancelled = False
+    while not running.done():
+        waiting = asyncio.wrap_future(running)
+        waiting.add_done_callback(_retrieved)  # its outcome is read from ``running``
+        try:
+            await asyncio.wait((waiting,))
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

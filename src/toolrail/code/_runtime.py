@@ -3,8 +3,9 @@
 A program runs in a fresh ``pydantic_monty`` session: type-checked against the SDK,
 then driven one suspension at a time by one of the pool's threads, which runs the whole
 program as one sandbox operation (``_pool``). Each ``tools.<name>(args)`` the program
-makes is handed to the event loop and answered at once with a pending future; on the
-loop, it is submitted as a nested call to a scheduler driver of its own — the same
+makes is answered at once with a pending future and handed to the event loop when it is
+due to start (at once if the program awaits it, else when the program next waits); on
+the loop, it is submitted as a nested call to a scheduler driver of its own — the same
 ``Driver`` that runs a model step, kept open while the program runs — so nested calls
 follow the native contract: classified just before they start, overlapping up to
 ``max_parallel``, prepared and committed one at a time in submission order. When the
@@ -16,12 +17,14 @@ Threads: the program's thread owns the sandbox's snapshots and what it counts of
 thread hands over a call with ``call_soon_threadsafe`` (so calls reach the driver in
 the program's order), the loop hands back a settled call under ``turn``.
 
-Ownership: the program loop and the driver run in tasks this body owns. When the
-program ends, calls it submitted but that never started are dropped; started ones are
-awaited and committed before ``run_code`` returns. When the body signal fires, the
-same happens at once, then the program is stopped: its worker is killed before
-``run_code`` returns. Nothing the program started outlives ``run_code``. The sessions
-come from the registry's ``SandboxPool`` (``_pool``).
+Ownership: the driver runs in ``run_code``'s own task while the program's thread runs
+the program, and the run's end closes the driver's feed: when the program ends, calls it
+submitted but that never started are dropped; started ones are awaited and committed
+before ``run_code`` returns. When the body signal fires, the same happens at once, then
+the program is halted: its worker is killed before ``run_code`` returns. Nothing the
+program started outlives ``run_code``: no task is made for it (the driver's dispatch
+tasks are the driver's), its timers are cancelled, and its thread's run has ended. The
+sessions come from the registry's ``SandboxPool`` (``_pool``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import contextlib
 import json
 import re
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.presentation import RUN_CODE
@@ -40,7 +43,7 @@ from .._model.lossless import snapshot_json, thaw
 from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import program_driver
-from ._pool import SandboxPool, settle
+from ._pool import Operation, SandboxPool, ended
 from ._sdk import error_text
 
 if TYPE_CHECKING:
@@ -118,18 +121,16 @@ class _Program:
         self.ids: list[int] = []
         self.results: dict[int, ToolResult] = {}  # committed, by driver index
         self.stopping: str | None = None
-        self.drive: asyncio.Task[None] | None = None  # the driver's, from the first call
-        self.stopper: asyncio.Task[None] | None = None  # halts a program stopped from outside
         self.phase = STARTING  # then LIVE while its run is under way, then OVER
         self.task: asyncio.Task[Any] | None = None  # the one running the program
         self.interrupted = False  # its wait for a session was cancelled by a stop
         self.done = asyncio.Event()
         self.lookalikes: set[str] = set()  # values of calls that read like a call's repr
-        self.failure: BaseException | None = None  # a call the loop could not submit, or the driver failed
+        self.failure: Exception | None = None  # a call the loop could not submit
         self.pool: SandboxPool | None = None
         self.pid: int | None = None
         self.killed = False  # its worker was sent SIGKILL
-        self.deadline: asyncio.Timeout | None = None  # ``max_duration``, once running
+        self.overran = False  # it ran past ``max_duration``, and was halted
         # The thread's (read by the loop once the program's run has ended):
         self.calls = 0
         self.over_calls = False
@@ -141,23 +142,24 @@ class _Program:
         self.settled: dict[int, Any] = {}
         self.outbox: list[tuple[int, int, str, Any, bool]] = []  # calls for the loop
         self.handed = False  # the loop has been asked to take the outbox, and has not yet
-        self.timers: list[asyncio.TimerHandle] = []  # the loop's, for the program's sleeps
+        self.timers: list[asyncio.TimerHandle] = []  # the loop's: its deadline and sleeps
         self.halted = False
 
     def stop(self, reason: str) -> None:
         """Stop the program: no call starts any more; started ones finish and commit.
-        Stopped from outside (not ``ENDED``), the program itself is then halted, once
-        its started calls have committed (``_stop_program``)."""
+        Stopped from outside (not ``ENDED``), the program is then halted (``_step``),
+        or its wait for a session cancelled if its run has not begun."""
         if self.stopping is None:
             self.stopping = reason
             self.driver.close_feed()
             if reason != ENDED:
                 self.driver.cancel(reason)  # the started nested calls see their signal
-                self.stopper = self.loop.create_task(self._stop_program())
+                if self.phase is STARTING and self.task is not None:
+                    self.interrupted = True
+                    self.task.cancel()
 
     async def run(self, pool: SandboxPool, sdk: str, code: str) -> ToolOutput:
-        # The program runs in this task; the driver gets a task of its own only once the
-        # program submits a call, and a stopped program a task that halts it.
+        # The program's task runs its nested calls' driver while its thread runs it.
         self.pool = pool
         self.task = task = asyncio.current_task()
         assert task is not None
@@ -166,17 +168,17 @@ class _Program:
         try:
             outcome = await self._program(pool, sdk, code)
         except asyncio.CancelledError:
-            # Stopped while it waited for its session (``_stop_program``), as a timeout
-            # scope takes back the cancellation it made; any other is not ours.
+            # Stopped while it waited for its session (``stop``), as a timeout scope
+            # takes back the cancellation it made; any other is not ours.
             if not self.interrupted or task.uncancel() > cancelling:
                 raise
             outcome = None
         finally:
             unhook()
-            self.stop(ENDED)  # unstarted calls are dropped; started ones commit
-            await self._wind_down()
-        if self.failure is not None:  # the driver failed after the program ended
-            raise self.failure
+            self.stop(ENDED)
+            for timer in self.timers:  # the deadline, and sleeps the program left
+                timer.cancel()
+            await self._dead()
         self._forward()
         if self.stopping != ENDED:
             # Stopped: by registry.aclose(), or by the body signal, whoever fired it (the
@@ -189,33 +191,6 @@ class _Program:
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome  # type: ignore[no-any-return]
-
-    async def _stop_program(self) -> None:
-        """A program stopped from outside: its nested calls wind down first (the driver
-        ends once the started ones have committed), then the program is halted, or its
-        wait for a session cancelled if it has not begun yet."""
-        if self.drive is not None:
-            await asyncio.wait((self.drive,))
-        if self.phase is LIVE:
-            self._halt()
-        elif self.phase is STARTING and self.task is not None:
-            self.interrupted = True  # its wait for a session ends at once
-            self.task.cancel()
-
-    async def _wind_down(self) -> None:
-        """After the program's run: wait for the driver and the stopper to end, whatever
-        cancellation comes meanwhile (nothing of the program outlives ``run_code``), and
-        for a killed worker to exit."""
-        for timer in self.timers:  # sleeps the program did not wait out
-            timer.cancel()
-        tasks = [task for task in (self.drive, self.stopper) if task is not None]
-        while not all(task.done() for task in tasks):
-            try:
-                await asyncio.wait(tasks)
-            except asyncio.CancelledError:
-                for task in tasks:
-                    task.cancel()  # cancelled again: the nested calls are cancelled
-        await self._dead()
 
     async def _dead(self) -> None:
         """Wait until a killed worker has exited: a SIGKILL is delivered when the kernel
@@ -231,15 +206,34 @@ class _Program:
         if self.pid is not None and self.pool is not None and self.pool.kill(self.pid):
             self.killed = True
 
-    async def _step(self, operation: Awaitable[Any]) -> Any:
-        """The program's run on its thread, awaited to its end: cancelled, the program is
-        halted so that it ends at once (``_pool.settle``)."""
+    async def _step(self, operation: Operation[Any]) -> Any:
+        """The program's run on its thread, awaited to its end while this task drives
+        its nested calls: the run's end closes the driver's feed (``ENDED``), and the
+        driver returns once every started call has committed. A program stopped from
+        outside is halted once its started calls have committed; one whose wait is
+        cancelled (or whose driver fails) is halted at once. Its thread's run has always
+        ended when this returns."""
         self.phase = LIVE
+        running = operation.running
+        loop = self.loop
+
+        def ran(_: Any) -> None:  # on the thread, once the run has ended
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self.stop, ENDED)
+
+        running.add_done_callback(ran)
         try:
-            return await settle(operation, on_cancel=self._halt)
+            await self.driver.run(self._committed)
+        except BaseException:
+            self._halt()
+            await ended(running)
+            raise
         finally:
             self.phase = OVER
-            self.stop(ENDED)  # the driver winds down while the session is given back
+        if not running.done():  # stopped from outside, and its calls wound down
+            self._halt()
+            await ended(running)
+        return running.result()
 
     def _halt(self) -> None:
         """End the program's run now: the worker is killed (a resume ends at once), the
@@ -248,23 +242,13 @@ class _Program:
         with self.turn:
             self.halted = True
             self.turn.notify()
-        deadline = self.deadline
-        self.driver.cancel(self._overran_reason() if deadline is not None and
-                           deadline.expired() else "cancelled")
+        self.driver.cancel(self._overran_reason() if self.overran else "cancelled")
 
-    def _drive(self) -> None:
-        """Start the driver, which commits the nested calls in submission order and tells
-        the program of each; one that fails halts the program (and fails ``run_code``)."""
-        self.drive = self.loop.create_task(self.driver.run(self._committed))
-        self.drive.add_done_callback(self._driven)
-
-    def _driven(self, drive: asyncio.Task[None]) -> None:
-        if drive.cancelled() or drive.exception() is None:
-            return
-        if self.failure is None:
-            self.failure = drive.exception()
-        if self.phase is LIVE:
-            self._halt()  # the calls the program waits on would never commit
+    def _overrun(self) -> None:
+        """On the loop, at ``max_duration``: the program is halted, its started calls
+        cancelled (they commit before ``run_code`` returns)."""
+        self.overran = True
+        self._halt()
 
     def _committed(self, index: int, result: ToolResult) -> None:
         self.results[index] = result
@@ -296,8 +280,6 @@ class _Program:
             call = ToolCall(call_id=f"{ctx.call_id}.{number}", name=name, arguments=args,
                             scope=ctx.scope, parent=ctx.token, signal=ctx.signal)
             self.driver.submit(call, ctx.scope, awaited=awaited)
-            if self.drive is None:
-                self._drive()
         except Exception as exc:  # a defect: run_code fails with it, the thread stops
             self.failure = exc
             self._halt()
@@ -320,32 +302,24 @@ class _Program:
                 self.pid = session.worker_pid
                 # The sandbox's own limit counts its execution only: this one bounds the
                 # program's whole time, its waits on nested calls included.
-                async with asyncio.timeout(settings.max_duration) as self.deadline:
-                    try:
-                        output = await self._step(pool.call(
-                            self._run, session, code, tools, logs, known, pm))
-                    except asyncio.CancelledError:
-                        # Stopped mid-run (the worker was killed, ``_halt``): killed while
-                        # the session is still ours, nothing of the program runs after
-                        # run_code returns; the pool replaces the worker.
-                        self._kill()
-                        if self.drive is not None and not self.deadline.expired():
-                            self.drive.cancel()  # cancelled from outside: so are the calls
-                        raise
-                    finally:
-                        if self.parsed and settings.type_check and not known:
-                            pool.checked.add(sdk, code)  # it parsed and passed its check
+                self.timers.append(self.loop.call_later(settings.max_duration, self._overrun))
+                try:
+                    output = await self._step(pool.call(
+                        self._run, session, code, tools, logs, known, pm))
+                finally:
+                    if self.parsed and settings.type_check and not known:
+                        pool.checked.add(sdk, code)  # it parsed and passed its check
         except (pm.MontyError, _Halted) as exc:
             if self.failure is not None:  # halted by a defect: run_code fails with it
                 raise self.failure from None
             if self.stopping not in (None, ENDED):  # halted once stopped: run_code aborts
                 return None
+            if self.overran:
+                return self._overran(logs.output)
             if isinstance(exc, _Halted):  # (halted, not cancelled: only by a defect)
                 raise
             return self._failed(exc, logs.output, pm)
-        except TimeoutError:
-            if self.deadline is None or not self.deadline.expired():
-                raise
+        if self.overran:  # (its run ended as the deadline came: its calls were cancelled)
             return self._overran(logs.output)
         if self.over_calls:
             return _failure("call-limit", f"the program made more than {settings.max_calls} "
@@ -555,10 +529,8 @@ class _Program:
         return f"the program ran longer than max_duration ({self.settings.max_duration:g} s)"
 
     def _overran(self, logs: str) -> CodeFailedError:
-        """The program ran past ``max_duration`` (waiting on nested calls, say): its
-        started calls are cancelled (``_halt``), and commit before ``run_code`` returns."""
-        self.driver.close_feed()
-        self.driver.cancel(self._overran_reason())  # (done already, unless it just ended)
+        """The program ran past ``max_duration`` (waiting on nested calls, say): it was
+        halted, its started calls cancelled (``_overrun``); they have committed."""
         return _failure("timeout", f"{self._overran_reason()} of wall time, waits on tool "
                         "calls included", logs, None)
 
