@@ -484,7 +484,8 @@ async def _started_while_the_program_runs_on(code: str, settings: CodeSettings,
         await within(all_started.wait(), 30)
         signal_.cancel("enough")
         result = await task
-    assert result.error is not None and result.error.code == "ABORTED", result.text
+    assert result.error is not None, result.text
+    assert result.error.code == "ABORTED", result.text
     return started
 
 
@@ -515,7 +516,9 @@ async def test_a_program_sleeps(registry: tr.ToolRegistry, code: str) -> None:
 async def test_a_sleep_past_max_duration_is_a_timeout() -> None:
     async with tr.ToolRegistry(presentation="code",
                                code=CodeSettings(max_duration=0.2)) as registry:
-        for code in ("import asyncio\nawait asyncio.sleep(3600)", "import time\ntime.sleep(3600)"):
+        for code in ("import asyncio\nawait asyncio.sleep(3600)",
+                     "import time\ntime.sleep(3600)"):
             result = await run(registry, code)
-            assert result.error is not None and result.error.code == "CODE_FAILED", result.text
+            assert result.error is not None, result.text
+            assert result.error.code == "CODE_FAILED", result.text
             assert result.error.message.startswith("code run failed (timeout): "), code
