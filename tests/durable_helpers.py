@@ -91,14 +91,24 @@ class Engine:
     async def wait_until_dispatched(self, step_id: str, text: str) -> None:
         """Until the record of step ``step_id`` holds a call's dispatch outcome whose text
         is ``text`` (the call finished its body; its result is not committed yet)."""
+        await self._wait_until_recorded(step_id, "dispatch", text)
+
+    async def wait_until_committed(self, step_id: str, text: str) -> None:
+        """Until the record of step ``step_id`` holds a call's final result whose text is
+        ``text`` (its observers have seen it: they run before it is recorded)."""
+        await self._wait_until_recorded(step_id, "result", text)
+
+    async def _wait_until_recorded(self, step_id: str, kind: str, text: str) -> None:
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
-            if text in await self._dispatched(f"agent:{step_id}"):
+            if text in await self._recorded(f"agent:{step_id}", kind):
                 return
             await asyncio.sleep(0.02)
-        raise AssertionError(f"no dispatch of {text!r} was recorded in {WAIT} s")
+        raise AssertionError(f"no {kind} of {text!r} was recorded in {WAIT} s")
 
-    async def _dispatched(self, workflow_id: str) -> list[str]:
+    async def _recorded(self, workflow_id: str, kind: str) -> list[str]:
+        """The texts of the dispatch outcomes (``kind="dispatch"``) or final results
+        (``"result"``) recorded for a step."""
         if self.temporal is None:
             from dbos import DBOSClient
 
@@ -111,9 +121,10 @@ class Engine:
             finally:
                 client.destroy()
                 engine.dispose()
-            outputs = [s["output"] for s in steps]
-            return [texts([o["result"]])[0] for o in outputs
-                    if isinstance(o, dict) and "phase" in o]
+            outputs = [s["output"] for s in steps if isinstance(s["output"], dict)]
+            if kind == "dispatch":
+                return [texts([o["result"]])[0] for o in outputs if "phase" in o]
+            return [texts([o])[0] for o in outputs if "phase" not in o and "content" in o]
         from temporalio.client import Client
         from temporalio.service import RPCError
 
@@ -122,7 +133,10 @@ class Engine:
             state = await temporal.get_workflow_handle(workflow_id).query("state")
         except RPCError:  # not started yet
             return []
-        return [texts([o["result"]])[0] for o in state["records"]["dispatch"].values()]
+        records = state["records"][kind].values()
+        if kind == "dispatch":
+            return [texts([o["result"]])[0] for o in records]
+        return texts(list(records))
 
 
 class Agent:
