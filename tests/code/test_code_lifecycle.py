@@ -262,6 +262,33 @@ async def test_50_concurrent_programs_share_the_pool_without_deadlock() -> None:
         await _settled(lab)
 
 
+async def test_a_session_close_cancelled_at_once_still_closes_it_before_its_slot_is_free(
+        ) -> None:
+    # A stop in the same turn of the loop as the close: the close, still queued for a
+    # pool thread, must run all the same (a session left checked out would hold a worker
+    # that the pool counts as free).
+    pool = pools.SandboxPool()
+    try:
+        await pool.start()
+        pool._settle_loop()
+        options = {"limits": {"max_feed_duration_secs": 5, "max_memory": 64 * 1024 * 1024,
+                              "max_suspensions": 1000},
+                   "type_check": False, "type_check_stubs": "", "type_check_format": "concise"}
+        session = await within(pool._open(options), 30)
+        slots = pool._slots
+        assert slots is not None
+        free = slots._value
+        closing = asyncio.ensure_future(pool._exit(session))
+        asyncio.get_running_loop().call_soon(closing.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            await within(closing, 30)
+        assert slots._value == free + 1
+        with pytest.raises(RuntimeError, match="already been finished"):
+            session.feed_run("1 + 1")  # closed
+    finally:
+        await within(pool.close(), 30)
+
+
 async def test_a_program_waiting_for_a_worker_is_cancelled_at_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # a pool of 1 + _SPARES workers

@@ -70,6 +70,28 @@ async def test_waiting_on_a_tool_counts_toward_max_duration() -> None:
     assert seen == [("r.1", "ABORTED"), ("r", "CODE_FAILED")]
 
 
+async def test_at_max_duration_calls_not_started_are_dropped_without_a_trace() -> None:
+    never = asyncio.Event()
+    seen: list[tuple[str, str | None]] = []
+    registry = tr.ToolRegistry(presentation="code",
+                               code=CodeSettings(max_duration=0.5, max_parallel=1))
+
+    @registry.tool(concurrency_safe=True)
+    async def wait() -> str:
+        """Wait for ever."""
+        await never.wait()
+        return "never"
+
+    registry.on_result(lambda e, r: seen.append((e.call_id, r.error.code if r.error else None)))
+    async with registry:
+        result = await run(registry, (
+            "import asyncio\nawait asyncio.gather(tools.wait({}), tools.wait({}), "
+            "tools.wait({}))"))
+    failure(result, "timeout")
+    # One call at a time: the first started (and was cancelled); the others never did.
+    assert seen == [("r.1", "ABORTED"), ("r", "CODE_FAILED")]
+
+
 async def test_many_quick_tool_calls_stop_at_max_duration_too() -> None:
     async with echoing(CodeSettings(max_duration=0.5, max_calls=1_000_000)) as registry:
         result = await run(registry, 'while True:\n    await tools.echo({"text": "a"})')

@@ -27,7 +27,7 @@ import select
 import signal as signals
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 from .._model.errors import ToolAbortedError
 from ._sdk import PRELUDE
@@ -193,9 +193,10 @@ class SandboxPool:
                 yield session
             finally:
                 # Closed in the background: the program has ended (a stopped one's worker
-                # was killed, and has exited), and a session takes 0.3-2.5 ms to close (a
-                # type-checked one the most), which its result need not wait for. Its
-                # slot is held until it is closed; ``close()`` waits for it.
+                # was killed; run_code waits for it to exit), and a session takes
+                # 0.3-2.5 ms to close (a type-checked one the most), which its result
+                # need not wait for. Its slot is held until it is closed; ``close()``
+                # waits for it.
                 closed = self._close_later(session)
         finally:
             # For the next program with this key, warmed once this one is over (while
@@ -498,22 +499,23 @@ async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | N
     or handed to the next program). So on a cancellation, ``on_cancel``
     runs (it makes the operation end now: a program's worker is killed), the operation
     is awaited to its end, ``late`` gets its result if it succeeded all the same (a
-    checkout's session is closed), and then the cancellation goes on. (A call still
-    queued for a thread is cancelled instead: it never runs.)"""
+    checkout's session is closed), and then the cancellation goes on."""
     if isinstance(operation, Operation):
-        # Its thread's result is awaited directly (no shield: one turn of the event loop
-        # fewer); cancelled, the wait is taken up again until the call has ended.
+        # Awaited through ``asyncio.wait``, which cancels nothing it waits on: a call
+        # still queued for a thread is never dropped (a close that never ran would
+        # leave its session checked out, and its slot given back all the same).
         running = operation.running
         try:
-            return await asyncio.wrap_future(running)
+            await asyncio.wait((_observed(running),))
         except asyncio.CancelledError:
             if on_cancel is not None and not running.done():
                 on_cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ended(running)
-            if not running.cancelled() and running.exception() is None and late is not None:
+            if running.exception() is None and late is not None:
                 await late(running.result())
             raise
+        return cast(T, running.result())
     future = asyncio.ensure_future(operation)
     try:
         return await asyncio.shield(future)
@@ -535,14 +537,19 @@ async def ended(running: concurrent.futures.Future[Any]) -> None:
     meanwhile (raised once it has: the wait is bounded by the call's end)."""
     cancelled = False
     while not running.done():
-        waiting = asyncio.wrap_future(running)
-        waiting.add_done_callback(_retrieved)  # its outcome is read from ``running``
         try:
-            await asyncio.wait((waiting,))
+            await asyncio.wait((_observed(running),))
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
+
+
+def _observed(running: concurrent.futures.Future[T]) -> asyncio.Future[T]:
+    """An asyncio future that ends with ``running`` (whose outcome is read from it)."""
+    observed = asyncio.wrap_future(running)
+    observed.add_done_callback(_retrieved)
+    return observed
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -34,6 +34,7 @@ import contextlib
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -248,6 +249,7 @@ class _Program:
         """On the loop, at ``max_duration``: the program is halted, its started calls
         cancelled (they commit before ``run_code`` returns)."""
         self.overran = True
+        self.driver.close_feed()  # calls not started are dropped
         self._halt()
 
     def _committed(self, index: int, result: ToolResult) -> None:
@@ -272,7 +274,7 @@ class _Program:
         """On the loop: the program's call ``call_id`` (its ``number``-th, within
         ``max_calls``) of ``name``, submitted to the driver. ``awaited``: the program is
         blocked on it (it submits nothing until the call commits)."""
-        if self.stopping is not None:  # stopped while the call was on its way here
+        if self.stopping is not None or self.halted:  # stopped while it was on its way
             self._settle(call_id, {"exception": RuntimeError("run_code was cancelled")})
             return
         ctx = self.ctx
@@ -400,8 +402,13 @@ class _Program:
         if name == _ASYNC_SLEEP:
             self._hand_over(self._sleep, snapshot.call_id, seconds)
             return snapshot.resume({"future": ...})
-        with self.turn:
-            if self.turn.wait_for(lambda: self.halted, seconds):
+        until = time.monotonic() + seconds
+        with self.turn:  # in slices, to stop if the loop that would halt it is closed
+            while not self.halted and (left := until - time.monotonic()) > 0:
+                self.turn.wait(min(left, _LOOK))
+                if self.loop.is_closed():
+                    break
+            if self.halted or self.loop.is_closed():
                 raise _Halted
         return snapshot.resume({"return_value": None})
 
