@@ -211,9 +211,10 @@ class _Program:
         """The program's run on its thread, awaited to its end while this task drives
         its nested calls: the run's end closes the driver's feed (``ENDED``), and the
         driver returns once every started call has committed. A program stopped from
-        outside is halted once its started calls have committed; one whose wait is
-        cancelled (or whose driver fails) is halted at once. Its thread's run has always
-        ended when this returns."""
+        outside is halted once its started calls have committed; one whose task is
+        cancelled (or whose driver fails) once the driver has wound down (its dispatch
+        tasks cancelled and ended). Its thread's run has always ended when this
+        returns."""
         self.phase = LIVE
         running = operation.running
         loop = self.loop
