@@ -25,9 +25,9 @@ import hashlib
 import os
 import select
 import signal as signals
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from .._model.errors import ToolAbortedError
 from ._sdk import PRELUDE
@@ -35,7 +35,7 @@ from ._sdk import PRELUDE
 if TYPE_CHECKING:
     from ._settings import CodeSettings
 
-__all__ = ["Operation", "SandboxPool", "alive", "ended", "settle"]
+__all__ = ["SandboxPool", "alive", "ended", "settle"]
 
 T = TypeVar("T")
 
@@ -160,11 +160,12 @@ class SandboxPool:
         if self._monty is None:
             raise ToolAbortedError(_CLOSED)
 
-    def call(self, operation: Callable[..., T], *args: Any, **kwargs: Any) -> Operation[T]:
+    def call(self, operation: Callable[..., T], *args: Any,
+             **kwargs: Any) -> concurrent.futures.Future[T]:
         """``operation(*args, **kwargs)`` (a blocking sandbox call) on one of the pool's
-        threads; await it with ``settle``."""
+        threads; await it with ``settle`` (or ``ended``)."""
         assert self._threads is not None
-        return Operation(self._threads.submit(operation, *args, **kwargs))
+        return self._threads.submit(operation, *args, **kwargs)
 
     @contextlib.asynccontextmanager
     async def session(self, sdk: str, settings: CodeSettings,
@@ -268,12 +269,11 @@ class SandboxPool:
             if not closed.done():
                 closed.set_result(None)
 
-        def ended(_: concurrent.futures.Future[Any]) -> None:  # on the closing thread
+        def finished(_: concurrent.futures.Future[Any]) -> None:  # on the closing thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
                 loop.call_soon_threadsafe(done)
 
-        assert self._threads is not None
-        self._threads.submit(session.__exit__, None, None, None).add_done_callback(ended)
+        self.call(session.__exit__, None, None, None).add_done_callback(finished)
         return closed
 
     def _settle_loop(self) -> None:
@@ -339,20 +339,15 @@ class SandboxPool:
         return session
 
     async def _exit(self, session: Any) -> None:
-        """Close a session and give back its slot. A session that cannot be closed (its
-        worker died) is the sandbox's to reap, not an error."""
-        pid = session.worker_pid
-        try:
-            await self._bounded(self.call(session.__exit__, None, None, None), [pid])
-        except Exception:
-            pass
-        finally:
-            self._release(session)
+        """Close a session and give back its slot (``_close_later``), awaited to its end
+        whatever cancellation comes meanwhile (raised once it has)."""
+        await ended(self._close_later(session))
 
-    async def _bounded(self, closing: Operation[T], pids: list[int | None]) -> T:
-        """Closing a session or the pool, awaited to its end. Closing waits for workers
-        to answer: one that has not ended within ``_EXIT_GRACE`` waits on a worker that
-        does not (stopped, or wedged), so ``pids`` are killed, which ends it."""
+    async def _bounded(self, closing: concurrent.futures.Future[T],
+                       pids: list[int | None]) -> T:
+        """Closing the pool, awaited to its end. Closing waits for workers to answer:
+        one that has not ended within ``_EXIT_GRACE`` waits on a worker that does not
+        (stopped, or wedged), so ``pids`` are killed, which ends it."""
         loop = asyncio.get_running_loop()
         timer = loop.call_later(_EXIT_GRACE, self._kill_all, pids)
         try:
@@ -464,18 +459,6 @@ class SandboxPool:
                     os.close(fd)
 
 
-class Operation(Generic[T]):
-    """A sandbox call running (or queued) on one of the pool's threads (``call``)."""
-
-    __slots__ = ("running",)
-
-    def __init__(self, running: concurrent.futures.Future[T]) -> None:
-        self.running = running
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return asyncio.wrap_future(self.running).__await__()
-
-
 def _prepare(session: Any, warm_up: bool, checked: bool) -> Exception | None:
     """On a pool thread: check ``session`` out, then feed it the prelude and, when
     programs are type-checked, the warm-up (unchecked for a program checked before);
@@ -490,55 +473,41 @@ def _prepare(session: Any, warm_up: bool, checked: bool) -> Exception | None:
     return None
 
 
-async def settle(operation: Awaitable[T], *, on_cancel: Callable[[], object] | None = None,
+async def settle(running: concurrent.futures.Future[T], *,
+                 on_cancel: Callable[[], object] | None = None,
                  late: Callable[[T], Awaitable[object]] | None = None) -> T:
-    """Await a sandbox operation to its end, even when the wait is cancelled.
+    """Await a sandbox call on a pool thread (``SandboxPool.call``) to its end, even
+    when the wait is cancelled.
 
     A sandbox call cannot be stopped from outside its thread, and one left running would
     use a session, or a worker, that its caller has moved on from (closed, given back,
     or handed to the next program). So on a cancellation, ``on_cancel``
-    runs (it makes the operation end now: a program's worker is killed), the operation
-    is awaited to its end, ``late`` gets its result if it succeeded all the same (a
-    checkout's session is closed), and then the cancellation goes on."""
-    if isinstance(operation, Operation):
-        # Awaited through ``asyncio.wait``, which cancels nothing it waits on: a call
-        # still queued for a thread is never dropped (a close that never ran would
-        # leave its session checked out, and its slot given back all the same).
-        running = operation.running
-        try:
-            await asyncio.wait((_observed(running),))
-        except asyncio.CancelledError:
-            if on_cancel is not None and not running.done():
-                on_cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ended(running)
-            if running.exception() is None and late is not None:
-                await late(running.result())
-            raise
-        return cast(T, running.result())
-    future = asyncio.ensure_future(operation)
+    runs (it makes the call end now: a program's worker is killed), the call is awaited
+    to its end, ``late`` gets its result if it succeeded all the same (a checkout's
+    session is closed), and then the cancellation goes on. Nothing here cancels the
+    call: one still queued for a thread runs all the same (a close that never ran would
+    leave its session checked out, and its slot given back)."""
     try:
-        return await asyncio.shield(future)
+        await asyncio.wait((_observed(running),))  # (which cancels nothing it waits on)
     except asyncio.CancelledError:
-        if on_cancel is not None and not future.done():
+        if on_cancel is not None and not running.done():
             on_cancel()
-        while not future.done():
-            try:
-                await asyncio.wait((future,))
-            except asyncio.CancelledError:
-                continue  # cancelled again: this wait is bounded by the operation's end
-        if not future.cancelled() and future.exception() is None and late is not None:
-            await late(future.result())
+        with contextlib.suppress(asyncio.CancelledError):
+            await ended(running)
+        if running.exception() is None and late is not None:
+            await late(running.result())
         raise
+    return running.result()
 
 
-async def ended(running: concurrent.futures.Future[Any]) -> None:
-    """Wait until a call on a pool thread has ended, whatever cancellation comes
-    meanwhile (raised once it has: the wait is bounded by the call's end)."""
+async def ended(done: concurrent.futures.Future[Any] | asyncio.Future[Any]) -> None:
+    """Wait until a call on a pool thread (or a session's close) has ended, whatever
+    cancellation comes meanwhile (raised once it has: the wait is bounded by its end)."""
     cancelled = False
-    while not running.done():
+    while not done.done():
+        waiting = _observed(done) if isinstance(done, concurrent.futures.Future) else done
         try:
-            await asyncio.wait((_observed(running),))
+            await asyncio.wait((waiting,))
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:

@@ -30,6 +30,7 @@ sessions come from the registry's ``SandboxPool`` (``_pool``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import re
@@ -44,7 +45,7 @@ from .._model.lossless import snapshot_json, thaw
 from .._model.results import ContextMessage, ImageContent, TextContent, ToolOutput, ToolResult
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import program_driver
-from ._pool import Operation, SandboxPool, ended
+from ._pool import SandboxPool, ended
 from ._sdk import error_text
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ class _Program:
         if self.pid is not None and self.pool is not None and self.pool.kill(self.pid):
             self.killed = True
 
-    async def _step(self, operation: Operation[Any]) -> Any:
+    async def _step(self, running: concurrent.futures.Future[Any]) -> Any:
         """The program's run on its thread, awaited to its end while this task drives
         its nested calls: the run's end closes the driver's feed (``ENDED``), and the
         driver returns once every started call has committed. A program stopped from
@@ -216,7 +217,6 @@ class _Program:
         tasks cancelled and ended). Its thread's run has always ended when this
         returns."""
         self.phase = LIVE
-        running = operation.running
         loop = self.loop
 
         def ran(_: Any) -> None:  # on the thread, once the run has ended
