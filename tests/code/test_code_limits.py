@@ -44,11 +44,12 @@ def echoing(settings: CodeSettings | None = None) -> tr.ToolRegistry:
     return registry
 
 
-async def test_waiting_on_a_tool_counts_toward_max_duration() -> None:
+def waiting(settings: CodeSettings) -> tuple[tr.ToolRegistry, list[tuple[str, str | None]]]:
+    """A registry whose ``wait`` tool never returns, and the (call id, error code) of
+    each result its observers see."""
     never = asyncio.Event()
     seen: list[tuple[str, str | None]] = []
-    registry = tr.ToolRegistry(presentation="code",
-                               code=CodeSettings(max_duration=0.5, max_calls=100_000))
+    registry = tr.ToolRegistry(presentation="code", code=settings)
 
     @registry.tool(concurrency_safe=True)
     async def wait() -> str:
@@ -57,6 +58,11 @@ async def test_waiting_on_a_tool_counts_toward_max_duration() -> None:
         return "never"
 
     registry.on_result(lambda e, r: seen.append((e.call_id, r.error.code if r.error else None)))
+    return registry, seen
+
+
+async def test_waiting_on_a_tool_counts_toward_max_duration() -> None:
+    registry, seen = waiting(CodeSettings(max_duration=0.5, max_calls=100_000))
     async with registry:
         started = time.monotonic()
         result = await run(registry, "while True:\n    await tools.wait({})")
@@ -71,18 +77,7 @@ async def test_waiting_on_a_tool_counts_toward_max_duration() -> None:
 
 
 async def test_at_max_duration_calls_not_started_are_dropped_without_a_trace() -> None:
-    never = asyncio.Event()
-    seen: list[tuple[str, str | None]] = []
-    registry = tr.ToolRegistry(presentation="code",
-                               code=CodeSettings(max_duration=0.5, max_parallel=1))
-
-    @registry.tool(concurrency_safe=True)
-    async def wait() -> str:
-        """Wait for ever."""
-        await never.wait()
-        return "never"
-
-    registry.on_result(lambda e, r: seen.append((e.call_id, r.error.code if r.error else None)))
+    registry, seen = waiting(CodeSettings(max_duration=0.5, max_parallel=1))
     async with registry:
         result = await run(registry, (
             "import asyncio\nawait asyncio.gather(tools.wait({}), tools.wait({}), "
