@@ -5,7 +5,10 @@ Only the shape of the output is checked, never which framework is faster.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The quick run is set up inside the first test (a module fixture): its bound is the
 # fixture's own, not the suite's 60 s per test.
-pytestmark = pytest.mark.timeout(300)
+HANG_GUARD = 240
+pytestmark = pytest.mark.timeout(HANG_GUARD + 60)
 PEERS_TITLE = "peers: the same work through toolrail and each peer's own execution path"
 
 CALLS = {
@@ -102,18 +106,34 @@ def _has_row(rows: list[str], who: str, path: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def quick_run() -> subprocess.CompletedProcess[str]:
-    # About 30 s alone (DBOS, a Temporal dev server and a Ray cluster start in it), and
-    # past 60 s once inside the suite on 3.13; the bound is a guard against a hang, with
-    # room for a machine busy with the suite's own servers.
-    return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """The quick run's exit code and output. About 30 s alone (DBOS, a Temporal dev server
+    and a Ray cluster start in it), longer inside the suite; the bound guards against a
+    hang. A run past it is sent SIGABRT, so that faulthandler prints where each of its
+    threads was, and the test fails with that. Its output goes to files, not pipes, so
+    that a child process it leaves behind cannot hold the wait open; whatever it leaves
+    in its session is killed."""
+    where = tmp_path_factory.mktemp("bench")
+    with open(where / "out", "w+") as out, open(where / "err", "w+") as err:
+        run = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", str(ROOT / "benchmarks" / "run.py"),
+             "--quick"],
+            cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True)
+        try:
+            code = run.wait(timeout=HANG_GUARD)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGABRT)
+            code = run.wait(timeout=30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(run.args, code, out.read(), err.read())
+    if code == -signal.SIGABRT:
+        pytest.fail(f"the quick run took over {HANG_GUARD} s; its output:\n"
+                    f"{result.stdout[-3000:]}\nits threads:\n{result.stderr[-12000:]}")
+    return result
 
 
 def test_the_quick_run_exits_cleanly(quick_run: subprocess.CompletedProcess[str]) -> None:
