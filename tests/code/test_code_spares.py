@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import threading
 from typing import Any
@@ -74,6 +75,30 @@ async def _wait_gone(pid: int) -> None:
     raise AssertionError(f"worker {pid} is still running")
 
 
+async def _wait_exited(pid: int) -> None:
+    """Until ``pid`` has exited, all its threads: its pidfd is readable then, which is
+    what the pool looks at (a killed worker's first thread shows ``Z`` in /proc a moment
+    before the others are gone)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:  # the pool looks at /proc where there are no pidfds
+        await _wait_gone(pid)
+        return
+    try:
+        fd = pidfd_open(pid)
+    except ProcessLookupError:
+        return  # exited, and reaped
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        for _ in range(500):
+            if poller.poll(0):
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        os.close(fd)
+    raise AssertionError(f"worker {pid} has not exited")
+
+
 @pytest.mark.parametrize("type_check", [True, False])
 async def test_a_spare_is_warmed_after_a_program_and_serves_the_next(type_check: bool) -> None:
     async with _registry(type_check=type_check) as registry:
@@ -119,7 +144,7 @@ async def test_a_spare_whose_worker_died_is_not_used() -> None:
         await _run(registry, "1 + 1")
         [pid] = await _spare_pids(_pool(registry))
         os.kill(pid, signal.SIGKILL)
-        await _wait_gone(pid)
+        await _wait_exited(pid)
         result = await _run(registry, 'await tools.read_file({"path": "a"})')
         assert result.value == {"logs": "", "result": "contents of a"}
 

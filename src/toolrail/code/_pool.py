@@ -223,10 +223,15 @@ class SandboxPool:
             if not task.cancelled():
                 self._keep(key, task)  # the program was cancelled: the spare serves another
             raise
-        if spare is not None and not alive(spare.worker_pid):
+        if spare is not None and not self._lives(spare.worker_pid):
             await self._exit(spare)  # its worker is gone: the pool replaces it
             return None
         return spare
+
+    def _lives(self, pid: int | None) -> bool:
+        """Whether this pool's worker ``pid`` has not exited: a poll of its pidfd (one
+        system call, on every program's path), else a look at /proc (``alive``)."""
+        return pid is not None and not _exited(pid, self._workers.get(pid))
 
     def _warm_spare(self, key: Any, options: dict[str, Any],
                     after: asyncio.Future[None] | None = None) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -296,7 +297,7 @@ class _Program:
 
         settings = self.settings
         logs = pm.CollectString(max_bytes=settings.max_output_bytes)
-        tools = pm.ClassInstance(_Tools(), allowed_methods={*self.methods, "call"})
+        tools = _tools(pm, self.methods)
         # A program checked against this very SDK before passes again: the check is a
         # pure function of the two (``TypeChecked``).
         known = settings.type_check and pool.checked.knows(sdk, code)
@@ -562,6 +563,13 @@ class _Tools:
     each call the program makes suspends it, and ``_Program._answer`` answers."""
 
     __slots__ = ()
+
+
+@functools.lru_cache(maxsize=64)
+def _tools(pm: Any, methods: frozenset[str]) -> Any:
+    """The program's ``tools``: the one wrapper for these methods, sent to every session
+    (it holds no state, and is a dataclass of the sandbox's, dear to build each time)."""
+    return pm.ClassInstance(_Tools(), allowed_methods={*methods, "call"})
 
 
 def _inner(exc: Exception) -> BaseException | None:
