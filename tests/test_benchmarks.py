@@ -121,18 +121,24 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
             [sys.executable, "-X", "faulthandler", str(ROOT / "benchmarks" / "run.py"),
              "--quick"],
             cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True)
+        hung = False
         try:
             code = run.wait(timeout=HANG_GUARD)
         except subprocess.TimeoutExpired:
+            hung = True
             run.send_signal(signal.SIGABRT)
-            code = run.wait(timeout=30)
+            try:
+                code = run.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # not even faulthandler could run
+                run.kill()
+                code = run.wait()
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(run.pid, signal.SIGKILL)
         out.seek(0)
         err.seek(0)
         result = subprocess.CompletedProcess(run.args, code, out.read(), err.read())
-    if code == -signal.SIGABRT:
+    if hung:
         pytest.fail(f"the quick run took over {HANG_GUARD} s; its output:\n"
                     f"{result.stdout[-3000:]}\nits threads:\n{result.stderr[-12000:]}")
     return result
