@@ -25,6 +25,7 @@ import hashlib
 import os
 import select
 import signal as signals
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -54,6 +55,11 @@ _CLOSED: Final = "tool call aborted: the registry is closing"
 _SPARES: Final = 2  # warm spare sessions at most, each holding a worker
 _CHECKED: Final = 1024  # (SDK, program) pairs remembered as type-checked
 _EXIT_GRACE: Final = 2.0  # seconds a closed pool's worker has to exit before a SIGKILL
+# Seconds a program's session waits, on its pool thread, before it is closed: closing a
+# type-checked session holds the interpreter's lock for 1-4 ms (pydantic-monty 1.4 drops
+# its in-process checker then), which would stall the event loop while ``run_code``'s
+# result is still on its way to the caller (0.3-1 ms after the program ends).
+_CLOSE_DELAY: Final = 0.005
 _DEATH_POLL: Final = 0.002  # seconds between looks at a worker, where there is no pidfd
 
 
@@ -196,9 +202,10 @@ class SandboxPool:
                 # Closed in the background: the program has ended (a stopped one's worker
                 # was killed; run_code waits for it to exit), and a session takes
                 # 0.3-2.5 ms to close (a type-checked one the most), which its result
-                # need not wait for. Its slot is held until it is closed; ``close()``
+                # need not wait for; the close begins once the result is on its way
+                # (``_CLOSE_DELAY``). Its slot is held until it is closed; ``close()``
                 # waits for it.
-                closed = self._close_later(session)
+                closed = self._close_later(session, _CLOSE_DELAY)
         finally:
             # For the next program with this key, warmed once this one is over (while
             # the model reads its result) so that it never competes with it for the CPU:
@@ -256,16 +263,16 @@ class SandboxPool:
             return
         self._close_later(task.result())
 
-    def _close_later(self, session: Any) -> asyncio.Future[None]:
-        """Close ``session`` on a pool thread, begun at once (no turn of the event loop,
-        no task); its slot is given back, and the future returned set, once it is closed
-        (or failed to close: its worker died, and it is the sandbox's to reap). A close
-        that has not ended within ``_EXIT_GRACE`` waits on a worker that does not
-        answer: the worker is killed."""
+    def _close_later(self, session: Any, delay: float = 0.0) -> asyncio.Future[None]:
+        """Close ``session`` on a pool thread, handed over at once (no turn of the event
+        loop, no task) and begun there after ``delay`` seconds; its slot is given back,
+        and the future returned set, once it is closed (or failed to close: its worker
+        died, and it is the sandbox's to reap). A close that has not ended within
+        ``_EXIT_GRACE`` waits on a worker that does not answer: the worker is killed."""
         loop = asyncio.get_running_loop()
         closed = loop.create_future()
         self._closing.add(closed)
-        timer = loop.call_later(_EXIT_GRACE, self._kill_all, [session.worker_pid])
+        timer = loop.call_later(delay + _EXIT_GRACE, self._kill_all, [session.worker_pid])
 
         def done() -> None:
             timer.cancel()
@@ -278,7 +285,7 @@ class SandboxPool:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
                 loop.call_soon_threadsafe(done)
 
-        self.call(session.__exit__, None, None, None).add_done_callback(finished)
+        self.call(_close, session, delay).add_done_callback(finished)
         return closed
 
     def _settle_loop(self) -> None:
@@ -462,6 +469,15 @@ class SandboxPool:
             finally:
                 if fd is not None:
                     os.close(fd)
+
+
+def _close(session: Any, delay: float) -> None:
+    """On a pool thread: close ``session`` after ``delay`` seconds (a sleep, which holds
+    no lock: the interpreter joins this thread before it finalizes, so the close still
+    happens if the event loop ends meanwhile)."""
+    if delay:
+        time.sleep(delay)
+    session.__exit__(None, None, None)
 
 
 def _prepare(session: Any, warm_up: bool, checked: bool) -> Exception | None:
