@@ -149,6 +149,37 @@ async def test_a_spare_whose_worker_died_is_not_used() -> None:
         assert result.value == {"logs": "", "result": "contents of a"}
 
 
+async def test_a_programs_session_is_closed_only_after_its_result_has_returned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Closing a type-checked session holds the interpreter's lock for milliseconds: the
+    # close begins _CLOSE_DELAY after the run, on its pool thread, and the pool's
+    # ready() and aclose() wait for it (a long delay here, so that nothing races it).
+    monkeypatch.setattr(pools, "_CLOSE_DELAY", 1.0)
+    delays: list[float] = []
+    close = pools._close
+
+    def recorded(session: Any, delay: float) -> None:
+        delays.append(delay)
+        close(session, delay)
+
+    monkeypatch.setattr(pools, "_close", recorded)
+    async with _registry() as registry:
+        assert (await _run(registry, "1 + 1")).value == {"logs": "", "result": 2}
+        pool = _pool(registry)
+        [closing] = pool._closing
+        assert not closing.done()  # the result came first
+        await within(pool.ready(), 30)
+        assert closing.done()
+        assert pool._closing == set()
+        assert delays == [1.0]  # the program's session; the spare was only warmed
+        assert (await _run(registry, "2 + 2")).value == {"logs": "", "result": 4}
+    # The second program's; aclose() waited for it (every session closed, its slot given
+    # back), and cancelled the spare that waited for it too, before it was warmed.
+    assert delays == [1.0, 1.0]
+    assert pool._holding == {}
+    assert pool._closing == set()
+
+
 async def test_spares_never_outnumber_the_limit_and_the_oldest_gives_way() -> None:
     async with _registry(type_check=False) as registry:
         scopes = [registry.scope(f"agent-{n}") for n in range(pools._SPARES + 1)]
