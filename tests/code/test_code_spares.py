@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import signal
 import threading
 from typing import Any
@@ -76,27 +75,15 @@ async def _wait_gone(pid: int) -> None:
 
 
 async def _wait_exited(pid: int) -> None:
-    """Until ``pid`` has exited, all its threads: its pidfd is readable then, which is
-    what the pool looks at (a killed worker's first thread shows ``Z`` in /proc a moment
+    """Until ``pid`` has exited, all its threads, as the pool sees it (its pidfd, or /proc
+    where there are none: a killed worker's first thread shows ``Z`` in /proc a moment
     before the others are gone)."""
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:  # the pool looks at /proc where there are no pidfds
-        await _wait_gone(pid)
-        return
+    fd = pools._pidfd(pid)
     try:
-        fd = pidfd_open(pid)
-    except ProcessLookupError:
-        return  # exited, and reaped
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        for _ in range(500):
-            if poller.poll(0):
-                return
-            await asyncio.sleep(0.01)
+        assert await pools._wait_exit(pid, fd, 5.0), f"worker {pid} has not exited"
     finally:
-        os.close(fd)
-    raise AssertionError(f"worker {pid} has not exited")
+        if fd is not None:
+            os.close(fd)
 
 
 @pytest.mark.parametrize("type_check", [True, False])
