@@ -297,7 +297,7 @@ class _Program:
 
         settings = self.settings
         logs = pm.CollectString(max_bytes=settings.max_output_bytes)
-        tools = _tools(pm, self.methods)
+        tools = _tools(self.methods)
         # A program checked against this very SDK before passes again: the check is a
         # pure function of the two (``TypeChecked``).
         known = settings.type_check and pool.checked.knows(sdk, code)
@@ -566,10 +566,12 @@ class _Tools:
 
 
 @functools.lru_cache(maxsize=64)
-def _tools(pm: Any, methods: frozenset[str]) -> Any:
+def _tools(methods: frozenset[str]) -> Any:
     """The program's ``tools``: one wrapper per set of methods, sent to every session
     (it holds no state; built per program, its uuid and policies cost 40 µs on a cold
     start)."""
+    import pydantic_monty as pm
+
     return pm.ClassInstance(_Tools(), allowed_methods={*methods, "call"})
 
 
