@@ -36,7 +36,18 @@ from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch, Committed
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data
 from ._journal import DurableApprover, Record, StepJournal
-from ._shared import PendingApproval, calls_digest, checked_step, pending_approval
+from ._liveness import Liveness, connect
+from ._shared import (
+    WITHDRAWN,
+    PendingApproval,
+    already_answered,
+    answer_of,
+    calls_digest,
+    checked_answer,
+    checked_step,
+    pending_approval,
+    withdrawn,
+)
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -54,6 +65,7 @@ _ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once ans
 _ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
 _PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
 _KINDS: Final = 4  # reserved DBOS steps per call: answer, marker, dispatch, result
+TAKEOVER_AFTER: Final = 15.0  # s without a sign of life before a process's steps move
 
 _NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
 
@@ -68,6 +80,8 @@ class _Launched:
     database: str | None = None
     owners: int = 0
     engine: Any = None  # the SQLite engine it was given: DBOS does not dispose of it
+    liveness: Liveness | None = None  # this process's executor row (``_liveness``)
+    users: int = 0  # the engines using it, the application's DBOS's (``dbos=``) included
 
 
 _launched = _Launched()
@@ -85,24 +99,36 @@ class Approvals:
                         else DBOSClient(system_database_engine=self._engine))
         self._prefix = prefix
 
-    async def pending(self) -> list[PendingApproval]:
-        """Every approval still waiting for an answer, oldest first, in one query."""
+    async def pending(self, *, history: bool = False) -> list[PendingApproval]:
+        """Every approval still waiting for an answer, oldest first, in one query; with
+        ``history``, the answered ones (who, when, what) and the withdrawn ones too."""
         workflows = await self._client.list_workflows_async(
-            name=_APPROVAL, status=_WAITING, workflow_id_prefix=self._prefix or None,
-            load_output=False)
-        out = [pending_approval(workflow.input["args"][0]) for workflow in workflows
-               if workflow.input and _ANSWER not in (workflow.attributes or {})]
+            name=_APPROVAL, status=None if history else _WAITING,
+            workflow_id_prefix=self._prefix or None, load_output=history)
+        out = []
+        for workflow in workflows:
+            if not workflow.input:
+                continue
+            request = workflow.input["args"][0]
+            answer = (workflow.attributes or {}).get(_ANSWER)
+            if workflow.status == "SUCCESS":
+                answer = workflow.output
+            if answer is None and workflow.status in _WAITING:
+                out.append(pending_approval(request))
+            elif history:
+                out.append(pending_approval(request, None, WITHDRAWN) if answer is None
+                           else pending_approval(request, _answer(answer)))
         return sorted(out, key=lambda p: p.asked_at)
 
-    async def resume(self, ticket: str, outcome: ApprovalOutcome | str) -> None:
-        """Answer approval ``ticket`` once; ``KeyError`` for an unknown ticket,
-        ``ValueError`` for one already answered (or an outcome that is not one).
+    async def resume(self, ticket: str, outcome: ApprovalOutcome | str, *,
+                     answered_by: str | None = None) -> None:
+        """Answer approval ``ticket`` once, as ``answered_by`` (recorded with the time);
+        ``KeyError`` for an unknown ticket, ``ValueError`` for one already answered or
+        withdrawn (its call was settled without it), or an outcome that is not one.
 
         The answer is a DBOS message whose idempotency key is the ticket: of two answers
         sent at the same instant, the first is the one the call gets."""
-        if not isinstance(ticket, str):
-            raise TypeError(f"ticket must be a str, got {type(ticket).__name__}")
-        answer = ApprovalOutcome(outcome)  # ValueError: not an outcome
+        answer = answer_of(checked_answer(ticket, outcome, answered_by), answered_by)
         client = self._client
         workflows = await client.list_workflows_async(workflow_ids=[ticket], load_input=False,
                                                       load_output=False)
@@ -110,12 +136,12 @@ class Approvals:
             raise KeyError(ticket)
         status = workflows[0]
         if status.status not in _WAITING or _ANSWER in (status.attributes or {}):
-            raise ValueError(f"approval {ticket} was already answered")
+            raise withdrawn(ticket) if status.status == "CANCELLED" else already_answered(
+                ticket)
         # The message first: dying before the attribute is written loses nothing, and
         # a second answer's message then has the same key, which DBOS drops.
-        await client.send_async(ticket, answer.value, _TOPIC, idempotency_key=ticket)
-        await client.update_workflow_attributes_async(ticket, {_ANSWER: answer.value},
-                                                      merge=True)
+        await client.send_async(ticket, answer, _TOPIC, idempotency_key=ticket)
+        await client.update_workflow_attributes_async(ticket, {_ANSWER: answer}, merge=True)
 
     def close(self) -> None:
         self._client.destroy()
@@ -138,14 +164,25 @@ class DBOS:
 
     def __init__(self, registry: ToolRegistry, *, name: str, database: str | None = None,
                  idempotent: Iterable[str] = (), approver: DurableApprover | None = None,
-                 dbos: _DBOS | None = None) -> None:
+                 dbos: _DBOS | None = None, executor_id: str | None = None,
+                 takeover_after: float = TAKEOVER_AFTER) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValueError(f"name must be 3-256 lowercase letters, digits, '-' or '_' (a "
                              f"DBOS application name), got {name!r}")
         if isinstance(idempotent, str):
             raise TypeError("idempotent must be an iterable of tool names, not a str")
+        if executor_id is not None and (not isinstance(executor_id, str) or not executor_id):
+            raise ValueError(f"executor_id must be a non-empty str or None, got {executor_id!r}")
+        if dbos is not None and executor_id is not None:
+            raise ValueError("with dbos=, give the executor_id in that DBOS's own config")
+        if (isinstance(takeover_after, bool) or not isinstance(takeover_after, (int, float))
+                or not takeover_after > 0):
+            raise ValueError(f"takeover_after must be a number of seconds > 0, got "
+                             f"{takeover_after!r}")
         self.registry = registry
         self.name = name
+        self.executor_id = executor_id
+        self.takeover_after = float(takeover_after)
         if dbos is not None and database is None:
             raise ValueError("with dbos=, pass database= too: the URL of that DBOS's system "
                              "database, where pending() and resume() read")
@@ -170,11 +207,43 @@ class DBOS:
         other = _engines.get(self.name)
         if other is not None and other is not self:
             raise RuntimeError(f"an engine named {self.name!r} is already launched")
+        self._join_liveness()
         if self._owned:
-            self._launch_shared()
+            try:
+                self._launch_shared()
+            except BaseException:
+                _leave_liveness()
+                raise
+            liveness = _launched.liveness
+            if _launched.owners == 1 and liveness is not None:
+                # the steps of a process that died here moments ago: now, not a beat later
+                await asyncio.to_thread(liveness.take_over)
         _engines[self.name] = self
         _arrival(self.name).set()
         self._launched = True
+
+    def _join_liveness(self) -> None:
+        """This process's row among the database's executors (``_liveness``): claimed by
+        the first engine launched here, before DBOS launches, and shared after."""
+        liveness = _launched.liveness
+        if liveness is None:
+            engine = connect(self.database, sqlite_engine(self.database)
+                             if self.database.startswith("sqlite:") else None)
+            liveness = Liveness(engine, self.executor_id if self._owned else
+                                _DBOS.executor_id or "local", self.takeover_after,
+                                _DBOS._recover_pending_workflows)
+            try:
+                liveness.claim()
+            except BaseException:
+                engine.dispose()
+                raise
+            liveness.start()
+            _launched.liveness = liveness
+        elif self.executor_id is not None and self.executor_id != liveness.executor_id:
+            raise RuntimeError(
+                f"this process is DBOS executor {liveness.executor_id!r}: an engine with "
+                f"executor_id={self.executor_id!r} cannot launch in it")
+        _launched.users += 1
 
     def _launch_shared(self) -> None:
         """Launch the process's DBOS, or join it when another engine launched it on the
@@ -190,6 +259,7 @@ class DBOS:
                 # fixed version to the name that registered it first
                 "name": "toolrail", "system_database_url": self.database,
                 "application_version": _VERSION,
+                "executor_id": _launched.liveness.executor_id if _launched.liveness else None,
                 "log_level": os.environ.get("TOOLRAIL_DBOS_LOG_LEVEL", "WARNING"),
                 "notification_listener_polling_interval_sec": 0.05,
             }
@@ -232,7 +302,7 @@ class DBOS:
         if on_commit is not None:
             self._listeners[workflow_id] = on_commit
         try:
-            out = await _result(workflow_id, _step, self.name, step_id, data, max_parallel)
+            out = await _result(workflow_id, step_id, data, self.name, max_parallel)
         finally:
             if unhook is not None:
                 unhook()
@@ -271,6 +341,7 @@ class DBOS:
                 # DBOS made its own (now shut down) pool this loop's default executor:
                 # without a fresh one, the application's asyncio.to_thread would fail.
                 asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+            _leave_liveness()
 
     async def __aenter__(self) -> DBOS:
         await self.launch()
@@ -388,6 +459,7 @@ class DurableStream:
 class _DBOSRecord(Record):
     """A step's record in DBOS: four reserved DBOS steps per call."""
 
+    workflow_id: str
     reserved: list[list[Any]]
     events: dict[str, Any]  # the step's DBOS events: its programs' records
 
@@ -395,8 +467,15 @@ class _DBOSRecord(Record):
     async def open(cls, workflow_id: str, count: int) -> _DBOSRecord:
         record = cls()
         record.reserved = [[_DBOS.reserve_step() for _ in range(_KINDS)] for _ in range(count)]
+        record.workflow_id = workflow_id
         record.events = await _outside(_DBOS.get_all_events_async(workflow_id))
         steps = await _outside(_DBOS.list_workflow_steps_async(workflow_id))
+        tickets = await _outside(_DBOS.list_workflows_async(
+            name=_APPROVAL, workflow_id_prefix=f"{workflow_id}/", load_input=False,
+            load_output=False))
+        prefix = len(workflow_id) + 1
+        record.asked = {int(t.workflow_id[prefix:]) for t in tickets
+                        if t.workflow_id[prefix:].isdigit()}
         done: dict[int, Any] = {s["function_id"]: s["output"] for s in steps
                                 if s["error"] is None}
         for index, (answer, marker, dispatch, result) in enumerate(record.reserved):
@@ -424,6 +503,9 @@ class _DBOSRecord(Record):
         out: Data = await self.reserved[index][0].run_async(None, wait)
         self.approvals[index] = out
         return out
+
+    async def withdraw(self, index: int) -> None:
+        await _outside(_DBOS.cancel_workflow_async(f"{self.workflow_id}/{index}"))
 
     async def mark(self, index: int) -> None:
         await self.reserved[index][1].run_async(None, _true)
@@ -491,9 +573,16 @@ async def _approval(request: Data) -> Data:
     while True:
         message = await _DBOS.recv_async(_TOPIC, timeout_seconds=24 * 3600)
         if message is not None:
-            answer = {"outcome": str(message), "digest": request["digest"]}
+            answer = {**_answer(message), "digest": request["digest"]}
             await _DBOS.set_event_async(_ANSWERED, answer)
             return answer
+
+
+def _answer(message: Any) -> Data:
+    """A person's answer as ``resume`` sent it (a bare outcome, before ``answered_by``)."""
+    if isinstance(message, dict):
+        return message
+    return {"outcome": str(message), "answered_by": None, "answered_at": None}
 
 
 async def _approval_result(ticket: str, request: Data) -> Data:
@@ -516,19 +605,32 @@ async def _approval_result(ticket: str, request: Data) -> Data:
             return answer
 
 
-async def _result(workflow_id: str, workflow: Any, *args: Any) -> Data:
-    """The result of workflow ``workflow_id``, started with ``args`` unless it exists
-    (run before, or recovered at launch: then its own inputs are the ones that count).
-    A workflow running elsewhere (recovered by DBOS's queue thread) is polled every
+async def _result(workflow_id: str, step_id: str, data: list[Data], *args: Any) -> Data:
+    """The result of step workflow ``workflow_id``, started with ``args`` unless it
+    exists (run before, or recovered at launch: then its own inputs are the ones that
+    count, and other calls are refused at once, before any wait). A workflow running
+    elsewhere (recovered by DBOS's queue thread, or another process's) is polled every
     50 ms (DBOS's default is 1 s)."""
-    if await _DBOS.list_workflows_async(workflow_ids=[workflow_id], load_input=False,
-                                        load_output=False):
+    found: Any = await _DBOS.list_workflows_async(workflow_ids=[workflow_id],
+                                                  load_output=False)
+    if found:
+        if found[0].input and calls_digest(found[0].input["args"][2]) != calls_digest(data):
+            raise ValueError(f"step {step_id!r} was already run with other calls")
         handle: Any = await _DBOS.retrieve_workflow_async(workflow_id)
     else:
         with SetWorkflowID(workflow_id):
-            handle = await _DBOS.start_workflow_async(workflow, *args)
+            handle = await _DBOS.start_workflow_async(_step, args[0], step_id, data, *args[1:])
     out: Data = await handle.get_result(polling_interval_sec=0.05)
     return out
+
+
+def _leave_liveness() -> None:
+    """One engine less on this process's executor row; the last one stops it."""
+    _launched.users -= 1
+    liveness = _launched.liveness
+    if not _launched.users and liveness is not None:
+        _launched.liveness = None
+        liveness.stop()
 
 
 def _arrival(name: str) -> asyncio.Event:

@@ -15,7 +15,11 @@ record into the step's behaviour on a rerun:
   the process died: it ends as ``INTERRUPTED`` (an idempotent tool's call has no
   marker: it simply runs again);
 - an approval answered earlier is not asked again, but the call's digest is checked
-  against the registry as it is now (``TOOL_CHANGED``).
+  against the registry as it is now (``TOOL_CHANGED``); a call whose ticket was asked
+  earlier waits for that ticket's answer, and the engine's approver is not asked again
+  (a person's answer is final);
+- a ticket whose call is settled without its answer (denied by a guard, its tool gone or
+  changed, the step cancelled) is withdrawn: it leaves ``pending()``.
 
 Everything else (pre-execute, guards, post-execute, the order) is the scheduler's own
 code path, run again against the registry as it is at the rerun.
@@ -80,13 +84,21 @@ class Record:
     """What an engine recorded of one step, read once when the step (re)starts, and how
     it records more. An engine subclasses it and implements the ``async`` methods."""
 
-    approvals: dict[int, Data] = field(default_factory=dict)  # {"outcome", "digest"}
+    # {"outcome", "digest", "answered_by", "answered_at"}: a person's answer, final
+    approvals: dict[int, Data] = field(default_factory=dict)
+    asked: set[int] = field(default_factory=set)  # calls with a ticket, answered or not
     marked: set[int] = field(default_factory=set)
     dispatched: dict[int, Data] = field(default_factory=dict)  # {"phase", "invoked", "result"}
     results: dict[int, Data] = field(default_factory=dict)
 
     async def ask(self, index: int, request: Data) -> Data:
         """Park call ``index`` on a durable approval ``request``; its recorded answer."""
+        raise NotImplementedError
+
+    async def withdraw(self, index: int) -> None:
+        """Withdraw call ``index``'s ticket: the call was settled without its answer (a
+        guard denied it, its tool is gone or changed, the step was cancelled), so the
+        ticket leaves ``pending()`` and an answer to it is refused."""
         raise NotImplementedError
 
     async def mark(self, index: int) -> None:
@@ -201,10 +213,13 @@ class StepJournal:
         step resumes (at least once; ``Execution.durable_id`` tells the repeat), where
         the other order would lose the notification."""
         self.indexes.pop(id(state), None)  # a call that was never dispatched
-        if index in self.replayed:
-            return  # its state holds the recorded result; its observers saw it
-        result = state.result = finish(self.core, state)
-        await self.record.commit(index, result_to_data(result))
+        record = self.record
+        if index not in self.replayed:  # else its state holds the recorded result
+            result = state.result = finish(self.core, state)
+            await record.commit(index, result_to_data(result))
+        if index in record.asked and index not in record.approvals:
+            # settled without its person's answer: the inbox must not offer it any more
+            await record.withdraw(index)
 
     async def approve(self, request: ApprovalRequest) -> Any:
         """The approver of a durable step's calls (stage 4)."""
@@ -216,12 +231,15 @@ class StepJournal:
             outcome = await self._asked_first(request)
             return ApprovalOutcome.UNAVAILABLE if outcome is PENDING else outcome
         index = driver.started - 1  # prepare runs one call at a time, in the driver
-        answer = self.record.approvals.get(index)
+        record = self.record
+        answer = record.approvals.get(index)
         if answer is None:
-            outcome = await self._asked_first(request)
-            if outcome is not PENDING:
-                return outcome
-            answer = await self.record.ask(index, self._asked(index, request))
+            if index not in record.asked:  # a ticket, once asked, is a person's to answer
+                outcome = await self._asked_first(request)
+                if outcome is not PENDING:
+                    return outcome
+                record.asked.add(index)
+            answer = await record.ask(index, self._asked(index, request))
         if answer["digest"] != self._digest(request):
             raise ToolError(f'tool "{request.tool_name}" changed while its call waited for '
                             "approval", code=TOOL_CHANGED)
