@@ -122,6 +122,55 @@ async def test_an_approval_answered_after_a_kill_meets_the_registry_as_it_is_the
     assert "delete" not in [r["tool"] for r in lines(tmp_path / "ran.jsonl")]
 
 
+async def test_a_persons_rejection_is_final_when_the_next_processs_approver_would_allow(
+        backend: Engine, tmp_path: Path) -> None:
+    """The engine's approver parks the call; a person rejects it while no agent runs; the
+    next process's approver, which allows every call, is not asked: the ticket was."""
+    first = backend.agent("r", STEP, TOOLRAIL_TEST_APPROVER="pending")
+    ticket = first.wait_for("pending")["ticket"]
+    first.kill()
+    approvals = await backend.approvals()
+    await settled(approvals, 1)
+    await approvals.resume(ticket, "rejected", answered_by="alice")
+
+    results = backend.agent("r", STEP, TOOLRAIL_TEST_APPROVER="allowed-once").batch()
+    assert results[1]["error"] == {"message": 'the user rejected tool "delete"',
+                                   "code": "DENIED", "type": None}
+    assert "delete" not in [r["tool"] for r in lines(tmp_path / "ran.jsonl")]
+    assert await approvals.pending() == []
+    (answered,) = [a for a in await approvals.pending(history=True) if a.ticket == ticket]
+    assert (answered.status, answered.outcome, answered.answered_by) == (
+        "answered", tr.ApprovalOutcome.REJECTED, "alice")
+    assert answered.answered_at is not None
+    assert answered.answered_at >= answered.asked_at
+    with pytest.raises(ValueError, match=f"approval {ticket} was already answered"):
+        await approvals.resume(ticket, "allowed-once")
+    if backend.kind == "dbos":
+        approvals.close()
+
+
+async def test_a_ticket_whose_tool_is_gone_is_withdrawn_and_cannot_be_answered(
+        backend: Engine, tmp_path: Path) -> None:
+    first = backend.agent("g", STEP)
+    ticket = first.wait_for("pending")["ticket"]
+    first.kill()
+
+    results = backend.agent("g", STEP, TOOLRAIL_TEST_DROP="1").batch()
+    assert results[1]["error"]["code"] == "UNKNOWN_TOOL"
+    approvals = await backend.approvals()
+    await settled(approvals, 0)
+    (withdrawn,) = [a for a in await approvals.pending(history=True) if a.ticket == ticket]
+    assert (withdrawn.status, withdrawn.outcome, withdrawn.answered_by) == (
+        "withdrawn", None, None)
+    with pytest.raises(ValueError, match=f"approval {ticket} was withdrawn: its call was "
+                                         "settled without an answer"):
+        await approvals.resume(ticket, "allowed-once")
+    with pytest.raises(KeyError):
+        await approvals.resume(f"{ticket}0", "allowed-once")
+    if backend.kind == "dbos":
+        approvals.close()
+
+
 async def test_observers_see_each_result_once_across_a_kill_and_a_finished_step_replays(
         backend: Engine, tmp_path: Path) -> None:
     step = [["echo", {"x": 0}], ["hang", {"x": 1}], ["echo", {"x": 2}]]

@@ -16,6 +16,11 @@ tool ``hang`` blocks until ``workdir/release`` exists (it is checked before it b
 ``TOOLRAIL_TEST_IDEMPOTENT`` names the idempotent tools (comma-separated).
 ``TOOLRAIL_TEST_GUARD=1`` adds a guard that denies ``delete`` (a policy that changed),
 and ``TOOLRAIL_TEST_CODE=1`` presents the tools in code mode (a step of ``run_code`` calls).
+``TOOLRAIL_TEST_APPROVER`` is the engine's approver's one answer (``pending``,
+``allowed-once``, ...; none by default: every approval parks), ``TOOLRAIL_TEST_DROP=1``
+leaves ``delete`` out of the registry (a tool that is gone), and
+``TOOLRAIL_TEST_TAKEOVER`` and ``TOOLRAIL_TEST_EXECUTOR`` are DBOS's ``takeover_after``
+(seconds) and ``executor_id``.
 ``TOOLRAIL_TEST_TEMPORAL=<host:port>`` runs the step on that Temporal server (with a
 worker in this process, on the task queue ``TOOLRAIL_TEST_QUEUE``) instead of DBOS.
 """
@@ -69,9 +74,10 @@ def build(workdir: Path) -> tr.ToolRegistry:
                               execute=body("echo", "echo"), concurrency_safe=True))
     registry.register(tr.Tool(name="hang", description="Hang.", parameters={"type": "object"},
                               execute=body("hang", "hung"), concurrency_safe=True))
-    registry.register(tr.Tool(name="delete", description=f"Delete x (v{version}).",
-                              parameters={"type": "object"}, execute=body("delete", "deleted"),
-                              requires_approval=True))
+    if not os.environ.get("TOOLRAIL_TEST_DROP"):
+        registry.register(tr.Tool(name="delete", description=f"Delete x (v{version}).",
+                                  parameters={"type": "object"},
+                                  execute=body("delete", "deleted"), requires_approval=True))
     if os.environ.get("TOOLRAIL_TEST_GUARD"):
         registry.guard(lambda execution: "deletes are frozen" if execution.name == "delete"
                        else None)
@@ -91,9 +97,15 @@ async def main(workdir: Path, step_id: str, spec: list[list[Any]]) -> None:
 async def on_engine(registry: tr.ToolRegistry, workdir: Path, step_id: str,
                     spec: list[list[Any]], idempotent: list[str]) -> None:
     temporal = os.environ.get("TOOLRAIL_TEST_TEMPORAL")
+    answer = os.environ.get("TOOLRAIL_TEST_APPROVER")
+    approver = None if answer is None else (
+        lambda request: durable.PENDING if answer == "pending" else answer)
     if temporal is None:
         engine = durable.DBOS(registry, name="agent", idempotent=idempotent,
-                              database=f"sqlite:///{workdir / 'agent.sqlite'}")
+                              database=f"sqlite:///{workdir / 'agent.sqlite'}",
+                              approver=approver, takeover_after=float(
+                                  os.environ.get("TOOLRAIL_TEST_TAKEOVER", "15")),
+                              executor_id=os.environ.get("TOOLRAIL_TEST_EXECUTOR"))
         async with engine:
             await step(engine, step_id, spec)
         return
@@ -101,7 +113,8 @@ async def on_engine(registry: tr.ToolRegistry, workdir: Path, step_id: str,
 
     client = await Client.connect(temporal)
     on_temporal = durable.Temporal(registry, client, name="agent", idempotent=idempotent,
-                                   task_queue=os.environ["TOOLRAIL_TEST_QUEUE"])
+                                   task_queue=os.environ["TOOLRAIL_TEST_QUEUE"],
+                                   approver=approver)
     async with on_temporal.worker():
         await step(on_temporal, step_id, spec)
 
