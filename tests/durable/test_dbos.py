@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -326,3 +329,54 @@ async def test_the_signal_of_a_caller_reaches_a_step_recovered_at_launch(
     assert error is not None
     assert error.code == "ABORTED_BEFORE_DISPATCH"
     assert tools.ran == []
+
+
+async def test_a_used_step_id_with_other_calls_is_refused_at_once_while_the_step_waits(
+        engine: durable.DBOS) -> None:
+    step = asyncio.ensure_future(engine.run("s", calls("echo", "delete")))
+    (approval,) = await waiting(engine)
+    with pytest.raises(ValueError, match="step 's' was already run with other calls"):
+        await engine.run("s", calls("echo"))  # the step is parked: no wait for it
+    assert not step.done()
+    await engine.resume(approval.ticket, "allowed-once")
+    assert [r.text for r in (await step).results] == ["echo 0", "delete 1"]
+
+
+def _immutable(path: Path, on: bool = True) -> bool:
+    """Make ``path`` unwritable even for root (``chattr +i``), or writable again; whether
+    that worked."""
+    if os.geteuid() != 0:
+        path.chmod(0o444 if on else 0o644)
+        return True
+    flag = "+i" if on else "-i"
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("case", ["missing-directory", "not-a-database", "read-only",
+                                  "unreachable-server"])
+async def test_a_database_that_cannot_be_opened_is_an_error_naming_it(
+        tools: Tools, tmp_path: Path, case: str) -> None:
+    path = tmp_path / "agent.sqlite"
+    if case == "missing-directory":
+        url, reason = f"sqlite:///{tmp_path / 'missing' / 'agent.sqlite'}", "unable to open"
+    elif case == "not-a-database":
+        path.write_bytes(b"not a database, " * 100)
+        url, reason = f"sqlite:///{path}", "file is not a database"
+    elif case == "read-only":
+        sqlite3.connect(path).close()
+        if not _immutable(path):
+            pytest.skip("chattr +i is not supported here, and root writes any file")
+        url, reason = f"sqlite:///{path}", "readonly database"
+    else:
+        url, reason = "postgresql://toolrail@127.0.0.1:1/agent", "127.0.0.1"
+    engine = durable.DBOS(tools.registry, name="unit", database=url)
+    try:
+        with pytest.raises(ValueError, match=f"database='{url}' cannot be opened: .*{reason}"):
+            await engine.launch()
+    finally:
+        if case == "read-only":
+            _immutable(path, on=False)
+    # nothing is left half-launched: the next engine of the process launches
+    async with durable.DBOS(tools.registry, name="unit",
+                            database=f"sqlite:///{tmp_path / 'good.sqlite'}") as good:
+        assert [r.text for r in (await good.run("s", calls("echo"))).results] == ["echo 0"]
