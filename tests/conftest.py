@@ -7,7 +7,10 @@ Fixtures: ``registry`` (a fresh ``ToolRegistry``) and ``log`` (a ``helpers.Recor
 test file may define its own fixture of the same name, which then wins. The durable tests'
 ``backend`` (DBOS or Temporal, each test on both) and ``temporal_server`` (a dev server
 for the session, skipped with the reason where it cannot start) import their helpers
-only when used: the rest of the suite needs neither engine.
+only when used: the rest of the suite needs neither engine. So do ``postgres_url`` (a
+PostgreSQL server for the session, ``durable_fixtures/postgres.py``: the URL of its
+database, skipped with the reason where no binaries start one) and ``postgres_database``
+(a new database on it for one test, dropped after it: its URL).
 """
 
 from __future__ import annotations
@@ -65,6 +68,31 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.target
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed (toolrail[dbos])")
+    from durable_fixtures.postgres import PostgresUnavailable, start_server
+
+    try:
+        server = start_server()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server.url()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Iterator[str]:
+    from durable_fixtures.postgres import create_database, drop_database
+
+    url = create_database(postgres_url)
+    yield url
+    drop_database(url)
 
 
 @pytest.fixture(params=["dbos", "temporal"])
