@@ -3,25 +3,32 @@
 A step is a Temporal workflow (``_temporal_workflow.Step``) whose ID is
 ``"<name>:<step_id>"``. The workflow holds the step's record and runs one activity,
 ``toolrail.step.<name>``: the scheduler's own driver over the registry, as on DBOS,
-recording through the workflow's updates. The activity heartbeats; when its worker
-dies, Temporal retries it on a live worker after ``HEARTBEAT``, and the retry reads the
-record back through the workflow's query and resumes the step (``_journal``).
+recording through the workflow's updates. The activity heartbeats from a thread of its
+own, so that a body blocking the event loop does not read as a dead worker; when its
+worker dies, Temporal retries it on a live worker after ``HEARTBEAT``, and the retry
+reads the record back through the workflow's query and resumes the step (``_journal``).
 
 An approval is recorded in the workflow and listed in its memo; a person's answer is a
-signal, which the server stores with no worker running.
+signal, which the server stores with no worker running. ``resume`` reads the memo, and
+the workflow's history for an answer sent but not taken in yet, before it signals.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+import re
+import threading
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.bridge.proto import ActivityHeartbeat
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -38,7 +45,17 @@ from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data
 from ._journal import DurableApprover, Record, StepJournal
-from ._shared import PendingApproval, calls_digest, checked_step, pending_approval
+from ._shared import (
+    WITHDRAWN,
+    PendingApproval,
+    already_answered,
+    answer_of,
+    calls_digest,
+    checked_answer,
+    checked_step,
+    pending_approval,
+    withdrawn,
+)
 from ._temporal_workflow import HEARTBEAT, KINDS, Step
 
 if TYPE_CHECKING:
@@ -47,7 +64,8 @@ if TYPE_CHECKING:
 __all__ = ["Temporal"]
 
 _TASK_TIMEOUT: Final = timedelta(seconds=2)
-_RUNNING: Final = "WorkflowType='toolrail.step' AND ExecutionStatus='Running'"
+_UNREACHABLE: Final = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
+                                 RPCStatusCode.CANCELLED, RPCStatusCode.RESOURCE_EXHAUSTED})
 
 
 class Temporal:
@@ -71,6 +89,12 @@ class Temporal:
         self.task_queue = task_queue
         self.idempotent = frozenset(idempotent)
         self.approver = approver
+        # Visibility narrows the steps to the name's plain leading characters (no quote or
+        # LIKE wildcard to escape); pending() checks the whole prefix itself.
+        plain = re.match(r"[A-Za-z0-9.-]*", name)
+        assert plain is not None
+        self._steps = "WorkflowType='toolrail.step'" + (
+            f" AND WorkflowId STARTS_WITH '{plain[0]}'" if plain[0] else "")
 
     def worker(self, **options: Any) -> Worker:
         """A ``temporalio.worker.Worker`` that runs this engine's steps; ``options`` go to
@@ -78,36 +102,32 @@ class Temporal:
         after 1 s (``sticky_queue_schedule_to_start_timeout``; Temporal's default is 10 s),
         and toolrail passes through Temporal's workflow sandbox (the workflow imports none
         of it, and would otherwise re-import it on every run)."""
+        worker: Worker | None = None  # the step's heartbeats go through it
+
         @activity.defn(name=f"toolrail.step.{self.name}")
         async def step(workflow_id: str, step_id: str, calls: list[Data], max_parallel: int,
                        cancelled: bool) -> Data:
-            return await self._activity(workflow_id, step_id, calls, max_parallel, cancelled)
+            assert worker is not None
+            with _heartbeating(worker):
+                return await self._activity(workflow_id, step_id, calls, max_parallel,
+                                            cancelled)
 
         options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("toolrail")))
-        return Worker(self.client, task_queue=self.task_queue, workflows=[Step],
-                      activities=[step], **options)
+        worker = Worker(self.client, task_queue=self.task_queue, workflows=[Step],
+                        activities=[step], **options)
+        return worker
 
     async def run(self, step_id: str, calls: Iterable[ToolCall], *, max_parallel: int = 10,
                   signal: CancelSignal | None = None) -> Batch:
         """``registry.run(calls)`` as a durable step named ``step_id``, run by this
-        engine's workers; running it again returns its recorded ``Batch``. ``signal``
-        cancels the step (the activity's cancellation fires the batch signal)."""
+        engine's workers; running it again returns its recorded ``Batch``, and running it
+        with other calls raises ``ValueError`` at once. ``signal`` cancels the step (the
+        activity's cancellation fires the batch signal)."""
         _, data = checked_step(step_id, calls, max_parallel, signal)
-        workflow_id = f"{self.name}:{step_id}"
-        handle: WorkflowHandle[Any, Any]
-        try:  # a step running (recovered, or elsewhere) is joined; a finished one read
-            handle = await self.client.start_workflow(
-                "toolrail.step", args=[self.name, step_id, data, max_parallel],
-                id=workflow_id, task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                # a workflow task is a few ms of bookkeeping: one a dead worker had taken
-                # is retried on a live one after this, not after Temporal's default 10 s
-                task_timeout=_TASK_TIMEOUT)
-        except WorkflowAlreadyStartedError:
-            handle = self.client.get_workflow_handle(workflow_id)
+        digest = calls_digest(data)
+        handle = await self._started(step_id, data, digest, max_parallel)
         sent: list[asyncio.Future[None]] = []  # held: a task nobody holds may be collected
 
         def cancel() -> None:
@@ -119,43 +139,90 @@ class Temporal:
         finally:
             if unhook is not None:
                 unhook()
-        if out["calls"] != calls_digest(data):
-            raise ValueError(f"step {step_id!r} was already run with other calls")
+        if out["calls"] != digest:  # a step started with no digest in its memo
+            raise _other_calls(step_id)
         return batch_from_data(out["batch"])
 
-    async def pending(self) -> list[PendingApproval]:
-        """This engine's waiting approvals, oldest first: one visibility query (which
-        lags the workflows by a moment), no worker needed."""
-        out = []
+    async def _started(self, step_id: str, data: list[Data], digest: str,
+                       max_parallel: int) -> WorkflowHandle[Any, Any]:
+        """The step's workflow: started now, or the one that runs or ran under
+        ``step_id`` (joined, or read), once its memo says it has these calls."""
+        workflow_id = f"{self.name}:{step_id}"
+        try:
+            return await self.client.start_workflow(
+                "toolrail.step", args=[self.name, step_id, data, max_parallel],
+                id=workflow_id, task_queue=self.task_queue, memo={"calls": digest},
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                # a workflow task is a few ms of bookkeeping: one a dead worker had taken
+                # is retried on a live one after this, not after Temporal's default 10 s
+                task_timeout=_TASK_TIMEOUT)
+        except WorkflowAlreadyStartedError:
+            handle = self.client.get_workflow_handle(workflow_id)
+        memo = await (await handle.describe()).memo()
+        if memo.get("calls", digest) != digest:
+            raise _other_calls(step_id)
+        return handle
+
+    async def pending(self, *, history: bool = False) -> list[PendingApproval]:
+        """This engine's waiting approvals, oldest first; with ``history``, also those
+        answered or withdrawn, of running and finished steps. One visibility query (which
+        lags the workflows by a moment), no worker needed. An answer sent while no worker
+        runs is taken in when one does: until then, its ticket is listed as waiting."""
+        query = self._steps if history else f"{self._steps} AND ExecutionStatus='Running'"
         prefix = f"{self.name}:"
-        async for execution in self.client.list_workflows(_RUNNING):
-            if execution.id.startswith(prefix):
-                memo = await execution.memo()
-                out += [pending_approval(request) for request in memo.get("pending", ())]
+        out: list[PendingApproval] = []
+        try:
+            async for execution in self.client.list_workflows(query):
+                if execution.id.startswith(prefix):
+                    running = execution.status is WorkflowExecutionStatus.RUNNING
+                    out += _tickets(dict(await execution.memo()), running, history)
+        except RPCError as exc:
+            raise _engine_error(exc) from exc
         return sorted(out, key=lambda p: p.asked_at)
 
-    async def resume(self, ticket: str, outcome: ApprovalOutcome | str) -> None:
-        """Answer approval ``ticket`` once, with no worker needed: ``KeyError`` for an
-        unknown ticket, ``ValueError`` for one already answered (or an outcome that is
-        not one). Of two answers racing, the workflow keeps the first."""
-        if not isinstance(ticket, str):
-            raise TypeError(f"ticket must be a str, got {type(ticket).__name__}")
-        answer = ApprovalOutcome(outcome)  # ValueError: not an outcome
+    async def resume(self, ticket: str, outcome: ApprovalOutcome | str, *,
+                     answered_by: str | None = None) -> None:
+        """Answer approval ``ticket`` once, with no worker needed, recording who answered
+        and when. ``KeyError`` for an unknown ticket; ``ValueError`` for one answered
+        already (even if no worker has taken the first answer in yet), or withdrawn (its
+        call was settled without an answer, or its step ended), or an outcome that is not
+        one; ``ConnectionError`` when Temporal cannot be reached. Of two answers racing,
+        the workflow keeps the first, and the second is dropped."""
+        answer = answer_of(checked_answer(ticket, outcome, answered_by), answered_by)
         workflow_id, _, index = ticket.rpartition("/")
-        if not workflow_id.startswith(f"{self.name}:"):
+        if not workflow_id.startswith(f"{self.name}:") or not index.isdigit():
             raise KeyError(ticket)
         handle = self.client.get_workflow_handle(workflow_id)
         try:
-            memo = await (await handle.describe()).memo()
+            await self._unsettled(handle, ticket, index)
+            if await _answer_sent(handle, index, self.client):
+                raise already_answered(ticket)
+            try:
+                await handle.signal("answer", args=[index, answer])
+            except RPCError as exc:
+                if exc.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                await self._unsettled(handle, ticket, index)  # its step ended since: raises
+                raise
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise KeyError(ticket) from None
-            raise
-        if index in memo.get("answered", ()):
-            raise ValueError(f"approval {ticket} was already answered")
-        if not any(request["ticket"] == ticket for request in memo.get("pending", ())):
+            raise _engine_error(exc) from exc
+
+    @staticmethod
+    async def _unsettled(handle: WorkflowHandle[Any, Any], ticket: str, index: str) -> None:
+        """Raise unless the step's memo says ``ticket`` waits for an answer."""
+        description = await handle.describe()
+        memo = await description.memo()
+        if index in memo.get("answers", {}):
+            raise already_answered(ticket)
+        if index in memo.get("withdrawn", ()):
+            raise withdrawn(ticket)
+        if index not in memo.get("asked", {}):
             raise KeyError(ticket)
-        await handle.signal("answer", args=[index, answer.value])
+        if description.status is not WorkflowExecutionStatus.RUNNING:
+            raise withdrawn(ticket)  # its step ended without taking an answer in
 
     async def _activity(self, workflow_id: str, step_id: str, calls: list[Data],
                         max_parallel: int, cancelled: bool) -> Data:
@@ -173,37 +240,94 @@ class Temporal:
             driver.cancel("the step was cancelled")
         with core.approving(journal.approve):  # the context the driver's task copies
             running = asyncio.ensure_future(driver.run())
-        beat = asyncio.ensure_future(_heartbeats())
-        try:
-            while True:
-                try:
-                    await asyncio.shield(running)
-                    break
-                except asyncio.CancelledError:
-                    if running.done():
-                        raise
-                    if activity.cancellation_details() is None or _attempt_over():
-                        # this attempt is over (timed out, superseded, its worker stopping):
-                        # another one resumes the step from the record, so stop here and
-                        # record nothing more
-                        running.cancel()
-                        await asyncio.wait([running])
-                        raise
-                    # the step was cancelled: its batch signal, as registry.run's would
-                    driver.cancel("the step was cancelled")
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+        while True:
+            try:
+                await asyncio.shield(running)
+                break
+            except asyncio.CancelledError:
+                if running.done():
+                    raise
+                if activity.cancellation_details() is None or _attempt_over():
+                    # this attempt is over (timed out, superseded, its worker stopping):
+                    # another one resumes the step from the record, so stop here and
+                    # record nothing more
+                    running.cancel()
+                    await asyncio.wait([running])
+                    raise
+                # the step was cancelled: its batch signal, as registry.run's would
+                driver.cancel("the step was cancelled")
         return {"calls": calls_digest(calls), "batch": batch_to_data(driver.final())}
 
 
-async def _heartbeats() -> None:
-    """Tell Temporal the step's worker lives (and learn of a cancellation)."""
-    every = HEARTBEAT.total_seconds() / 4
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(every)
+@contextlib.contextmanager
+def _heartbeating(worker: Worker) -> Iterator[None]:
+    """Tell Temporal that the step's worker lives, from a thread of its own, for as long
+    as the block runs. A body that blocks the event loop (sync I/O in an ``async def``)
+    then does not read as a dead worker, as it did with ``activity.heartbeat()``, which
+    needs the loop. The thread records into the worker's core (its Rust side, which is
+    thread-safe and sends heartbeats from its own threads); a cancellation the server
+    answers with still reaches the activity through the loop."""
+    beat = ActivityHeartbeat(task_token=activity.info().task_token)
+    core = worker._bridge_worker  # temporalio's own record, minus the loop
+    core.record_activity_heartbeat(beat)  # here: a failure to beat fails the attempt loudly
+    stop = threading.Event()
+    every = HEARTBEAT.total_seconds() / 4  # the core sends one per 0.8 x HEARTBEAT
+
+    def beating() -> None:
+        while not stop.wait(every):
+            try:
+                core.record_activity_heartbeat(beat)
+            except Exception:  # the worker is shutting down: the attempt ends with it
+                return
+
+    thread = threading.Thread(target=beating, name="toolrail-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _tickets(memo: Data, running: bool, history: bool) -> list[PendingApproval]:
+    """One step's tickets, from its memo: those waiting, and with ``history`` also those
+    answered or withdrawn (one its step ended without answering is withdrawn)."""
+    answers = memo.get("answers", {})
+    gone = memo.get("withdrawn", ())
+    out = []
+    for index, request in memo.get("asked", {}).items():
+        answer = answers.get(index)
+        if answer is None and running and index not in gone:
+            out.append(pending_approval(request))
+        elif history:
+            out.append(pending_approval(request, answer, WITHDRAWN))
+    return out
+
+
+async def _answer_sent(handle: WorkflowHandle[Any, Any], index: str, client: Client) -> bool:
+    """Whether the workflow's history holds an answer to ``index``: one the workflow took
+    in is in its memo too, but one sent while no worker ran is only here."""
+    async for event in handle.fetch_history_events():
+        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            continue
+        signaled = event.workflow_execution_signaled_event_attributes
+        if signaled.signal_name == "answer" and signaled.input.payloads:
+            (sent,) = await client.data_converter.decode([signaled.input.payloads[0]])
+            if sent == index:
+                return True
+    return False
+
+
+def _engine_error(exc: RPCError) -> Exception:
+    """A failed Temporal request as a builtin error: ``ConnectionError`` when Temporal
+    could not be reached in time (worth a retry), ``RuntimeError`` otherwise."""
+    if exc.status in _UNREACHABLE:
+        return ConnectionError(f"Temporal could not be reached: {exc.message}")
+    return RuntimeError(f"Temporal refused the request: {exc.message}")
+
+
+def _other_calls(step_id: str) -> ValueError:
+    return ValueError(f"step {step_id!r} was already run with other calls")
 
 
 class _TemporalRecord(Record):
@@ -218,6 +342,7 @@ class _TemporalRecord(Record):
         self.prefix = prefix  # "" for the step's calls; "<i>." for call i's program's
         records = state["records"]
         self.approvals = {int(i): a for i, a in state["answers"].items()}
+        self.asked = {int(i) for i in state["asked"]}
         self.marked = {int(k) for i in records["mark"] if (k := self._own(i)) is not None}
         self.dispatched = {int(k): d for i, d in records["dispatch"].items()
                            if (k := self._own(i)) is not None}
@@ -233,24 +358,20 @@ class _TemporalRecord(Record):
         return rest if rest.isdigit() else None
 
     def program(self, index: int) -> Record:
-        return _TemporalRecord(self.handle, {"records": self.state["records"], "answers": {}},
-                               self.attempt, f"{self.prefix}{index}.")
+        state = {"records": self.state["records"], "asked": [], "answers": {}}
+        return _TemporalRecord(self.handle, state, self.attempt, f"{self.prefix}{index}.")
 
     async def ask(self, index: int, request: Data) -> Data:
         key = str(index)
-        handle = self.handle
         await self._update("record", ["ask", key, request, self.attempt], f"ask/{key}")
-        try:
-            # the answer to the request as first asked: its digest is the one shown
-            answer: Data = await self._update("answer_of", [key])
-        except asyncio.CancelledError:
-            if _attempt_over():
-                raise  # the approval waits for the next attempt
-            # the call's signal fired: nobody is asked any more
-            await asyncio.shield(handle.execute_update("withdraw", args=[key]))
-            raise
+        # the answer to the request as first asked: its digest is the one shown
+        answer: Data = await self._update("answer_of", [key])
         self.approvals[index] = answer
         return answer
+
+    async def withdraw(self, index: int) -> None:
+        key = f"{self.prefix}{index}"
+        await self._update("withdraw", [key], f"withdraw/{key}")
 
     async def mark(self, index: int) -> None:
         await self._record(KINDS[0], index, True)
@@ -288,4 +409,3 @@ def _attempt_over() -> bool:
     cancellation of the step (timed out, superseded, its worker stopping)."""
     details = activity.cancellation_details()
     return details is not None and not details.cancel_requested
-

@@ -6,6 +6,11 @@ pipeline, the bodies) runs in one activity, ``toolrail.step.<engine name>``, whi
 records through this workflow's updates and reads the record back through its query
 when a retry of the activity resumes the step on another worker.
 
+Its memo is what a process with no worker reads: ``calls`` (the digest of the step's
+calls, set at start), and its tickets: ``asked`` (index -> request), ``answers`` (index
+-> a person's answer: outcome, who, when) and ``withdrawn`` (indexes whose call was
+settled without an answer).
+
 Every key is a ``str``: Temporal's JSON converter would turn ``int`` keys into
 strings on the way back.
 """
@@ -31,7 +36,7 @@ class Step:
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
         self.asked: dict[str, dict[str, Any]] = {}  # index -> the request as first asked
-        self.answers: dict[str, str] = {}  # index -> outcome
+        self.answers: dict[str, dict[str, Any]] = {}  # index -> outcome, answered_by, _at
         self.withdrawn: set[str] = set()
         self.activity: workflow.ActivityHandle[Any] | None = None
         self.cancelled = False
@@ -68,14 +73,19 @@ class Step:
     @workflow.update
     def record(self, kind: str, index: str, data: Any, attempt: int) -> Any:
         """Record ``data`` once; an approval request returns the one first asked."""
-        if attempt < self.attempt:
-            raise ApplicationError(f"attempt {attempt} was superseded", non_retryable=True)
         if kind == "ask":
             first = self.asked.setdefault(index, data)
             self._publish()
             return first
         self.records[kind].setdefault(index, data)
         return None
+
+    @record.validator
+    def _current(self, kind: str, index: str, data: Any, attempt: int) -> None:
+        """Refuse an older attempt's records. A refusal, unlike a failed update, is not
+        kept: a newer attempt's record with the same update ID is not answered with it."""
+        if attempt < self.attempt:
+            raise ApplicationError(f"attempt {attempt} was superseded", non_retryable=True)
 
     @workflow.update(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def answer_of(self, index: str) -> dict[str, Any]:
@@ -84,20 +94,21 @@ class Step:
         died waiting) abandons it."""
         await workflow.wait_condition(
             lambda: index in self.answers or index in self.withdrawn)
-        outcome = self.answers.get(index, "cancelled")
-        return {"outcome": outcome, "digest": self.asked[index]["digest"]}
+        return self._answer(index)
 
     @workflow.signal
-    def answer(self, index: str, outcome: str) -> None:
-        """A person's answer; the first one counts."""
+    def answer(self, index: str, answer: dict[str, Any]) -> None:
+        """A person's answer (``outcome``, ``answered_by``, ``answered_at``); the first one
+        counts, and none counts for a ticket withdrawn."""
         if index in self.asked and index not in self.answers and index not in self.withdrawn:
-            self.answers[index] = outcome
+            self.answers[index] = answer
             self._publish()
 
     @workflow.update
     def withdraw(self, index: str) -> None:
-        """Approval ``index`` is no longer asked (its call was cancelled)."""
-        if index not in self.answers:
+        """Approval ``index`` is no longer asked: its call was settled without an answer.
+        Withdrawing it again, or once answered, does nothing."""
+        if index not in self.answers and index not in self.withdrawn:
             self.withdrawn.add(index)
             self._publish()
 
@@ -111,12 +122,19 @@ class Step:
 
     @workflow.query
     def state(self) -> dict[str, Any]:
-        answers = {i: {"outcome": o, "digest": self.asked[i]["digest"]}
-                   for i, o in self.answers.items()}
-        return {"records": self.records, "answers": answers}
+        """The record: what ``_temporal._TemporalRecord`` reads when an attempt claims the
+        step."""
+        return {"records": self.records, "asked": sorted(self.asked),
+                "answers": {i: self._answer(i) for i in self.answers}}
+
+    def _answer(self, index: str) -> dict[str, Any]:
+        """A person's answer to ``index`` with the digest of the call they saw."""
+        answer = self.answers.get(index, {"outcome": "cancelled"})  # else it was withdrawn
+        return {"outcome": answer["outcome"], "digest": self.asked[index]["digest"],
+                "answered_by": answer.get("answered_by"),
+                "answered_at": answer.get("answered_at")}
 
     def _publish(self) -> None:
         """The memo ``pending()`` and ``resume()`` read, with no worker running."""
-        waiting = [r for i, r in self.asked.items()
-                   if i not in self.answers and i not in self.withdrawn]
-        workflow.upsert_memo({"pending": waiting, "answered": sorted(self.answers)})
+        workflow.upsert_memo({"asked": self.asked, "answers": self.answers,
+                              "withdrawn": sorted(self.withdrawn)})
