@@ -121,10 +121,12 @@ class Engine:
             finally:
                 client.destroy()
                 engine.dispose()
-            outputs = [s["output"] for s in steps if isinstance(s["output"], dict)]
+            # each DBOS step of a toolrail step holds a group of [kind, index, data]
+            records = [data for s in steps if isinstance(s["output"], list)
+                       for recorded, _, data in s["output"] if recorded == kind]
             if kind == "dispatch":
-                return [texts([o["result"]])[0] for o in outputs if "phase" in o]
-            return [texts([o])[0] for o in outputs if "phase" not in o and "content" in o]
+                return [texts([o["result"]])[0] for o in records]
+            return texts(records)
         from temporalio.client import Client
         from temporalio.service import RPCError
 

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from dbos import DBOS as _DBOS
 from dbos import DBOSClient, SetWorkflowID
+from dbos._core import WorkflowHandleAsyncTask
 
+from .._core.presentation import RUN_CODE
 from .._model.cancel import CancelController, CancelSignal
 from .._model.decisions import ApprovalOutcome
 from .._model.errors import ABORTED_BEFORE_DISPATCH
@@ -59,18 +61,18 @@ T = TypeVar("T")
 _STEP: Final = "toolrail.step"
 _APPROVAL: Final = "toolrail.approval"
 _TOPIC: Final = "toolrail.outcome"
-_VERSION: Final = "toolrail-durable-1"  # the record's layout: DBOS recovers only this version
+_VERSION: Final = "toolrail-durable-2"  # the record's layout: DBOS recovers only this version
 _WAITING: Final = ["PENDING", "ENQUEUED"]
 _ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once answered
 _ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
 _PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
-_KINDS: Final = 4  # reserved DBOS steps per call: answer, marker, dispatch, result
 TAKEOVER_AFTER: Final = 15.0  # s without a sign of life before a process's steps move
 
 _NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
 
 _engines: dict[str, DBOS] = {}  # the engines of this process, by name (workflows find theirs)
 _arrivals: dict[str, asyncio.Event] = {}  # a recovered step waits here for its engine
+_fresh: set[str] = set()  # steps this process is starting: no record to read back yet
 
 
 @dataclass
@@ -362,7 +364,9 @@ class DBOS:
 
     async def _step(self, workflow_id: str, step_id: str, data: list[Data],
                     max_parallel: int) -> Data:
-        record = await _DBOSRecord.open(workflow_id, len(data))
+        fresh = workflow_id in _fresh
+        _fresh.discard(workflow_id)
+        record = await _DBOSRecord.open(workflow_id, data, fresh)
         calls = [call_from_data(d) for d in data]
         journal = StepJournal(self.registry._core, step_id, workflow_id, record,
                               self.idempotent, self.approver)
@@ -371,6 +375,7 @@ class DBOS:
                                      controller.signal)
         with self.registry._core.approving(journal.approve):
             await driver.run(lambda i, r: self._committed(workflow_id, i, r))
+        await record.drain()
         return {"calls": calls_digest(data), "batch": batch_to_data(driver.final())}
 
 
@@ -457,50 +462,66 @@ class DurableStream:
 
 
 class _DBOSRecord(Record):
-    """A step's record in DBOS: four reserved DBOS steps per call."""
+    """A step's record in DBOS: an append-only log of DBOS steps, each holding the
+    records (``[kind, index, data]``) that were asked for while the one before it was
+    being written (group commit: the ten markers of ten parallel calls are one DBOS step,
+    one transaction). The approvals' answers are their tickets' own workflows."""
 
-    workflow_id: str
-    reserved: list[list[Any]]
-    events: dict[str, Any]  # the step's DBOS events: its programs' records
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__()
+        self.workflow_id = workflow_id
+        self.events: dict[str, Any] = {}  # the step's DBOS events: its programs' records
+        self.last = 0  # the highest DBOS step ID recorded when the step (re)started
+        self._queue: list[list[Any]] = []  # records asked for since the last write began
+        self._group: asyncio.Future[None] | None = None  # the commit of those
+        self._writing: asyncio.Future[None] | None = None  # the task writing, if any
+        self._failed: BaseException | None = None
 
     @classmethod
-    async def open(cls, workflow_id: str, count: int) -> _DBOSRecord:
-        record = cls()
-        record.reserved = [[_DBOS.reserve_step() for _ in range(_KINDS)] for _ in range(count)]
-        record.workflow_id = workflow_id
-        record.events = await _outside(_DBOS.get_all_events_async(workflow_id))
-        steps = await _outside(_DBOS.list_workflow_steps_async(workflow_id))
-        tickets = await _outside(_DBOS.list_workflows_async(
-            name=_APPROVAL, workflow_id_prefix=f"{workflow_id}/", load_input=False,
-            load_output=False))
+    async def open(cls, workflow_id: str, calls: list[Data], fresh: bool) -> _DBOSRecord:
+        """The record of step ``workflow_id``, read back unless the step is ``fresh``
+        (started by this process just now: nothing can be recorded yet)."""
+        record = cls(workflow_id)
+        if fresh:
+            return record
+        reads: list[Coroutine[Any, Any, Any]] = [
+            _DBOS.list_workflow_steps_async(workflow_id), _DBOS.list_workflows_async(
+            name=_APPROVAL, workflow_id_prefix=f"{workflow_id}/", load_input=False)]
+        if any(call["name"] == RUN_CODE for call in calls):
+            reads.append(_DBOS.get_all_events_async(workflow_id))
+        steps, tickets, *events = await asyncio.gather(*map(_outside, reads))
+        record.events = events[0] if events else {}
+        for step in steps:
+            record.last = max(record.last, step["function_id"])
+            if step["error"] is None and isinstance(step["output"], list):
+                for kind, index, data in step["output"]:
+                    record._replay(kind, index, data)
         prefix = len(workflow_id) + 1
-        record.asked = {int(t.workflow_id[prefix:]) for t in tickets
-                        if t.workflow_id[prefix:].isdigit()}
-        done: dict[int, Any] = {s["function_id"]: s["output"] for s in steps
-                                if s["error"] is None}
-        for index, (answer, marker, dispatch, result) in enumerate(record.reserved):
-            if answer.step_id in done:
-                record.approvals[index] = done[answer.step_id]
-            if marker.step_id in done:
-                record.marked.add(index)
-            if dispatch.step_id in done:
-                record.dispatched[index] = done[dispatch.step_id]
-            if result.step_id in done:
-                record.results[index] = done[result.step_id]
+        for ticket in tickets:
+            index = ticket.workflow_id[prefix:]
+            if index.isdigit():
+                record.asked.add(int(index))
+                if ticket.status == "SUCCESS" and ticket.output is not None:
+                    record.approvals[int(index)] = ticket.output
         return record
 
-    async def ask(self, index: int, request: Data) -> Data:
-        async def wait() -> Data:
-            ticket = request["ticket"]
-            try:
-                # the answer to the request as it was first asked (an earlier process's,
-                # when this one asks again): its digest is the one the person saw
-                return await _outside(_approval_result(ticket, request))
-            except asyncio.CancelledError:  # the call's signal fired: nobody is asked
-                await asyncio.shield(_outside(_DBOS.cancel_workflow_async(ticket)))
-                raise
+    def _replay(self, kind: str, index: int, data: Any) -> None:
+        if kind == "mark":
+            self.marked.add(index)
+        elif kind == "dispatch":
+            self.dispatched[index] = data
+        else:
+            self.results[index] = data
 
-        out: Data = await self.reserved[index][0].run_async(None, wait)
+    async def ask(self, index: int, request: Data) -> Data:
+        ticket = request["ticket"]
+        try:
+            # the answer to the request as it was first asked (an earlier process's,
+            # when this one asks again): its digest is the one the person saw
+            out = await _outside(_approval_result(ticket, request))
+        except asyncio.CancelledError:  # the call's signal fired: nobody is asked
+            await asyncio.shield(_outside(_DBOS.cancel_workflow_async(ticket)))
+            raise
         self.approvals[index] = out
         return out
 
@@ -508,24 +529,78 @@ class _DBOSRecord(Record):
         await _outside(_DBOS.cancel_workflow_async(f"{self.workflow_id}/{index}"))
 
     async def mark(self, index: int) -> None:
-        await self.reserved[index][1].run_async(None, _true)
-        self.marked.add(index)
+        await self._wait("mark", index, True)
 
     async def dispatch(self, index: int, outcome: Data) -> None:
-        await self.reserved[index][2].run_async(None, _identity, outcome)
-        self.dispatched[index] = outcome
+        await self._wait("dispatch", index, outcome)
 
     async def commit(self, index: int, result: Data) -> None:
-        await self.reserved[index][3].run_async(None, _identity, result)
+        # Not waited for: nothing depends on it but a rerun's replay, and the observers
+        # have seen the result already (a process that dies before it is written
+        # notifies them again: durable.md's at-least-once). It joins the next write,
+        # with the next call's marker; ``drain`` waits for it before the step ends.
+        self._write("result", index, result)
         self.results[index] = result
+
+    async def _wait(self, kind: str, index: int, data: Any) -> None:
+        """Record ``[kind, index, data]``, and return once it is committed."""
+        await asyncio.shield(self._write(kind, index, data))
+        self._replay(kind, index, data)
+
+    def _write(self, kind: str, index: int, data: Any) -> asyncio.Future[None]:
+        """Queue ``[kind, index, data]`` for the next DBOS step this record writes: the
+        future of that step's commit."""
+        self._queue.append([kind, index, data])
+        group = self._group
+        if group is None:
+            group = self._group = asyncio.get_running_loop().create_future()
+            group.add_done_callback(_retrieved)
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.ensure_future(self._flush())
+        return group
+
+    async def _flush(self) -> None:
+        """Write what is queued, one DBOS step at a time, until nothing is: whatever is
+        queued while a write is under way goes into the next one together."""
+        await asyncio.sleep(0)  # the calls that start with this one join its write
+        while (group := self._group) is not None:
+            entries, self._queue, self._group = self._queue, [], None
+            try:
+                await self._next_step().run_async(None, _identity, entries)
+            except BaseException as exc:
+                self._failed = self._failed or exc
+                group.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                group.set_result(None)
+
+    async def drain(self) -> None:
+        """Return once every record asked for is committed; raise if one could not be."""
+        while self._writing is not None and not self._writing.done():
+            await asyncio.shield(self._writing)
+        if self._failed is not None:
+            raise self._failed
+
+    def _next_step(self) -> Any:
+        """A DBOS step ID after every one recorded before this run (a rerun's would
+        replay what an earlier process recorded there instead of writing)."""
+        while (step := _DBOS.reserve_step()).step_id <= self.last:
+            pass
+        return step
 
     def program(self, index: int) -> Record:
         return _DBOSProgramRecord(index, self.events)
 
     async def dispatch_program(self, index: int, run: Callable[[], Awaitable[Data]]) -> None:
-        # The program runs inside its dispatch's own DBOS step: there its nested calls
-        # record as DBOS events, keyed by their index, with no step ID to draw.
-        self.dispatched[index] = await self.reserved[index][2].run_async(None, run)
+        # The program runs inside a DBOS step of its own: there its nested calls record
+        # as DBOS events, keyed by their index, with no step ID to draw. The step's
+        # output is the program's dispatch record.
+        async def program() -> list[list[Any]]:
+            return [["dispatch", index, await run()]]
+
+        for kind, at, data in await self._next_step().run_async(None, program):
+            self._replay(kind, at, data)
 
 
 class _DBOSProgramRecord(Record):
@@ -618,8 +693,17 @@ async def _result(workflow_id: str, step_id: str, data: list[Data], *args: Any) 
             raise ValueError(f"step {step_id!r} was already run with other calls")
         handle: Any = await _DBOS.retrieve_workflow_async(workflow_id)
     else:
-        with SetWorkflowID(workflow_id):
-            handle = await _DBOS.start_workflow_async(_step, args[0], step_id, data, *args[1:])
+        _fresh.add(workflow_id)
+        handle = None
+        try:
+            with SetWorkflowID(workflow_id):
+                handle = await _DBOS.start_workflow_async(_step, args[0], step_id, data,
+                                                          *args[1:])
+        finally:
+            # DBOS runs it here only if this start created it (else another process
+            # did, a moment ago): only then is its record known to be empty
+            if not isinstance(handle, WorkflowHandleAsyncTask):
+                _fresh.discard(workflow_id)
     out: Data = await handle.get_result(polling_interval_sec=0.05)
     return out
 
@@ -694,8 +778,10 @@ def _outside(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
 
 
-def _true() -> bool:
-    return True
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """A record's write that failed is raised by ``drain``: nobody else need look."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _identity(value: T) -> T:

@@ -47,7 +47,11 @@ def connect(database: str, engine: Any = None) -> Any:
     """A SQLAlchemy engine on ``database``, checked by a first connection: a URL that
     cannot be opened is a ``ValueError`` naming ``database=``, not a driver's trace."""
     if engine is None:
-        url = sa.engine.make_url(database)
+        try:
+            url = sa.engine.make_url(database)
+        except sa.exc.ArgumentError:
+            raise ValueError(f"database={database!r} is not a database URL (sqlite:///<path> "
+                             "or postgresql://<user>@<host>/<name>)") from None
         if url.drivername == "postgresql":  # DBOS's driver: psycopg 3
             url = url.set(drivername="postgresql+psycopg")
         engine = sa.create_engine(url, pool_pre_ping=True)
