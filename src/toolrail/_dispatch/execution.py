@@ -9,12 +9,14 @@ raises ``AttributeError``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._core.chains import PROGRESS, Chains, notify
 from .._model.cancel import CancelController, CancelSignal
-from .._model.lossless import JsonValue, snapshot_json, type_name
+from .._model.lossless import MISSING, JsonValue, snapshot_json, type_name
 from .._model.results import Content, ContextMessage, TextContent, is_content, only_content
 from .progress import Progress, checked_progress
 
@@ -57,10 +59,13 @@ class ExecutionToken:
 class Execution:
     """One call as every middleware, guard and observer of it sees it."""
 
-    __slots__ = ("_arguments", "_call_id", "_durable_id", "_name", "_parent", "_scope",
-                 "_signal", "_signal_writable", "_token")
+    __slots__ = ("_arguments", "_call_id", "_durable_id", "_idempotency_key", "_name",
+                 "_parent", "_scope", "_signal", "_signal_writable", "_token")
 
     _durable_id: str  # set by a durable engine only (``durable_id``)
+    # Set by a durable engine (its engine-qualified form of the durable id), or made on
+    # first read (``idempotency_key``).
+    _idempotency_key: str
 
     def __init__(
         self,
@@ -114,6 +119,27 @@ class Execution:
         every process that runs it; ``None`` for a plain call. (Left unset on the hot
         path: a plain call pays nothing for it.)"""
         return getattr(self, "_durable_id", None)
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for the call's side effects, the same every time this call runs: in a
+        retry, in a rerun after a restart, in every process.
+
+        Under a durable engine it is the call's ticket, ``"<name>:<step_id>/<index>"``
+        (``<name>`` the engine's); otherwise the SHA-256 (hex) of
+        ``json.dumps([call_id, tool_name, arguments], sort_keys=True,
+        separators=(",", ":"))``, ``arguments`` as plain JSON (a call whose arguments
+        failed the snapshot: ``[call_id, tool_name]``). Made on first read.
+        """
+        try:
+            return self._idempotency_key
+        except AttributeError:
+            pass
+        key = getattr(self, "_durable_id", None)
+        if key is None:
+            key = _call_key(self._call_id, self._name, self._arguments)
+        self._idempotency_key = key
+        return key
 
     @property
     def signal(self) -> CancelSignal:
@@ -197,6 +223,15 @@ class RunContext(Execution):
     @signal.setter
     def signal(self, value: CancelSignal) -> None:
         raise AttributeError("RunContext.signal is read-only")
+
+    # Read through: a durable engine sets these on the execution, not on its contexts.
+    @property
+    def durable_id(self) -> str | None:
+        return self._execution.durable_id
+
+    @property
+    def idempotency_key(self) -> str:
+        return self._execution.idempotency_key
 
     def _follow(self, source: CancelSignal) -> None:
         """Fire the body signal when ``source`` does, until the invocation settles.
@@ -293,6 +328,14 @@ class RunContext(Execution):
         self._active = False
         if self._followed:  # ``_unfollow``, without its frame: every invocation settles
             self._unfollow()
+
+
+def _call_key(call_id: str, name: str, arguments: object) -> str:
+    """A plain call's ``idempotency_key``: a digest of what it is, stable across processes
+    (``arguments`` is the snapshot, or ``MISSING``)."""
+    payload = [call_id, name] if arguments is MISSING else [call_id, name, arguments]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _on_a_loop() -> bool:
