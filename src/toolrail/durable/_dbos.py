@@ -66,6 +66,7 @@ _WAITING: Final = ["PENDING", "ENQUEUED"]
 _ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once answered
 _ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
 _PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
+_POLL: Final = 0.05  # s between polls of DBOS's internal queue (private: dbos<3.5)
 TAKEOVER_AFTER: Final = 15.0  # s without a sign of life before a process's steps move
 
 _NAME: Final = re.compile(r"[a-z0-9_-]{3,256}")
@@ -268,7 +269,10 @@ class DBOS:
             if self.database.startswith("sqlite:"):
                 config["system_database_engine"] = _launched.engine = sqlite_engine(
                     self.database)
-            _DBOS(config=config)
+            instance = _DBOS(config=config)
+            # A step taken over, or recovered at launch, is re-enqueued on DBOS's internal
+            # queue: polled every 50 ms rather than every 1 s, it resumes that much sooner.
+            instance._registry.get_internal_queue()._polling_interval_sec = _POLL
             _DBOS.launch()
             _launched.database = self.database
         _launched.owners += 1
