@@ -181,11 +181,6 @@ async def test_a_durable_calls_body_sees_the_durable_id_and_key_its_observers_se
     assert observed == ("observer", "s/0", key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine does not set the key yet: StepJournal."
-    "began is to set execution._idempotency_key = f'{ticket_prefix}/{index}'",
-)
 async def test_under_an_engine_the_key_is_the_calls_ticket(tmp_path: Path) -> None:
     (_, _, key), (_, _, observed) = await durable_keys(tmp_path)
     assert key == observed == "keys:s/0"

@@ -152,6 +152,8 @@ class StepJournal:
         """Call ``index`` has passed stages 1-3: replay what the record says of it."""
         execution = state.execution
         execution._durable_id = f"{self.step_id}/{index}"
+        # unique across engines on one database, as the ticket is (writing-tools.md)
+        execution._idempotency_key = f"{self.ticket_prefix}/{index}"
         record = self.record
         recorded = record.results.get(index)
         dispatched = record.dispatched.get(index)
