@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,13 +23,20 @@ def tools() -> Tools:
     return Tools()
 
 
-@pytest.fixture
-async def engine(tools: Tools, temporal_server: str) -> AsyncIterator[Any]:
+async def make(tools: Tools, server: str, **options: Any) -> Any:
+    """An engine of a name and task queue of its own: its ``pending()`` lists only its
+    test's tickets (the dev server is the session's)."""
     from temporalio.client import Client
 
-    client = await Client.connect(temporal_server)
-    engine = durable.Temporal(tools.registry, client, name="unit",
-                              task_queue=f"unit-{next(_queues)}-{id(tools)}")
+    client = await Client.connect(server)
+    n = next(_queues)
+    return durable.Temporal(tools.registry, client, name=f"unit{n}",
+                            task_queue=f"unit-{n}-{id(tools)}", **options)
+
+
+@pytest.fixture
+async def engine(tools: Tools, temporal_server: str) -> AsyncIterator[Any]:
+    engine = await make(tools, temporal_server)
     async with engine.worker():
         yield engine
 
@@ -38,6 +46,23 @@ async def waiting(engine: Any, count: int = 1) -> list[durable.PendingApproval]:
         while len(pending := await engine.pending()) < count:  # noqa: ASYNC110 (visibility)
             await asyncio.sleep(0.02)
     return list(pending)
+
+
+async def listed(engine: Any, status: str, count: int = 1) -> list[durable.PendingApproval]:
+    """``pending(history=True)``'s tickets of ``status``, once there are ``count``
+    (visibility lags the workflows by a moment)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            tickets = [p for p in await engine.pending(history=True) if p.status == status]
+            if len(tickets) >= count:
+                return tickets
+            await asyncio.sleep(0.02)
+
+
+async def none_waiting(engine: Any) -> None:
+    async with asyncio.timeout(WAIT):
+        while await engine.pending():  # noqa: ASYNC110 (visibility lags)
+            await asyncio.sleep(0.02)
 
 
 async def test_a_step_runs_like_registry_run_and_running_it_again_returns_the_record(
@@ -58,15 +83,11 @@ async def test_an_approval_is_listed_resumed_and_answered_once(engine: Any,
     step_id = f"a-{id(tools)}"
     step = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
     (approval,) = await waiting(engine)
-    assert (approval.ticket, approval.index, approval.tool_name) == (
-        f"unit:{step_id}/1", 1, "delete")
+    assert (approval.ticket, approval.index, approval.tool_name, approval.status) == (
+        f"{engine.name}:{step_id}/1", 1, "delete", "waiting")
     assert approval.arguments == tr.snapshot_json({"x": 1})
     with pytest.raises(ValueError, match="'maybe' is not a valid ApprovalOutcome"):
         await engine.resume(approval.ticket, "maybe")
-    with pytest.raises(KeyError):
-        await engine.resume(f"unit:{step_id}/7", "allowed-once")
-    with pytest.raises(KeyError):
-        await engine.resume("unit:no-such-step/0", "allowed-once")
     await engine.resume(approval.ticket, "rejected")
     batch = await step
     assert batch.results[1].error == tr.ErrorInfo('the user rejected tool "delete"', "DENIED",
@@ -76,21 +97,186 @@ async def test_an_approval_is_listed_resumed_and_answered_once(engine: Any,
     assert tools.ran == [("echo", {"x": 0})]
 
 
+async def test_resume_refuses_unknown_tickets_with_key_error_and_bad_arguments(
+        engine: Any, tools: Tools) -> None:
+    step_id = f"k-{id(tools)}"
+    step = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
+    (approval,) = await waiting(engine)
+    for ticket in (f"{engine.name}:{step_id}/0",  # a call that asked nothing
+                   f"{engine.name}:{step_id}/7", f"{engine.name}:{step_id}/x",
+                   f"{engine.name}:no-such-step/0", f"other:{step_id}/1", "nonsense"):
+        with pytest.raises(KeyError):
+            await engine.resume(ticket, "allowed-once")
+    with pytest.raises(TypeError, match="ticket must be a str, got int"):
+        await engine.resume(7, "allowed-once")
+    with pytest.raises(TypeError, match="answered_by must be a str or None, got int"):
+        await engine.resume(approval.ticket, "allowed-once", answered_by=7)
+    await engine.resume(approval.ticket, "allowed-once")
+    assert [r.text for r in (await step).results] == ["echo 0", "delete 1"]
+
+
+async def test_a_second_answer_with_no_worker_running_is_refused_and_the_first_recorded(
+        tools: Tools, temporal_server: str) -> None:
+    """With no worker, the workflow has not taken the first answer in (its memo still
+    says waiting): the second is refused from the history's signal, and the first, with
+    who gave it and when, is what the step runs and what the record and inbox hold."""
+    engine = await make(tools, temporal_server)
+    step_id = f"twice-{id(tools)}"
+    async with engine.worker():
+        running = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
+        (approval,) = await waiting(engine)
+    before = time.time()
+    await engine.resume(approval.ticket, "allowed-once", answered_by="ada")
+    after = time.time()
+    with pytest.raises(ValueError, match=f"approval {approval.ticket} was already answered"):
+        await engine.resume(approval.ticket, "rejected", answered_by="bob")
+    async with engine.worker():
+        batch = await asyncio.wait_for(running, WAIT)
+        handle = engine.client.get_workflow_handle(f"{engine.name}:{step_id}")
+        state = await handle.query("state")  # a query needs a worker
+    assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    assert tools.ran == [("echo", {"x": 0}), ("delete", {"x": 1})]
+    answer = state["answers"]["1"]
+    assert (answer["outcome"], answer["answered_by"]) == ("allowed-once", "ada")
+    assert before <= answer["answered_at"] <= after
+    (answered,) = await listed(engine, "answered")
+    assert (answered.ticket, answered.outcome, answered.answered_by, answered.answered_at) == (
+        approval.ticket, tr.ApprovalOutcome.ALLOWED_ONCE, "ada", answer["answered_at"])
+    assert await engine.pending() == []
+    with pytest.raises(ValueError, match=f"approval {approval.ticket} was already answered"):
+        await engine.resume(approval.ticket, "rejected")  # the step has finished
+
+
 async def test_a_step_cancelled_by_its_signal_aborts_the_rest_and_withdraws_the_approval(
         engine: Any, tools: Tools) -> None:
     controller = tr.CancelController()
     step = asyncio.ensure_future(engine.run(f"c-{id(tools)}", calls("delete"),
                                             signal=controller.signal))
-    await waiting(engine)
+    (approval,) = await waiting(engine)
     controller.cancel("the user left")
     batch = await step
     assert batch.cancelled
     error = batch.results[0].error
     assert error is not None
     assert error.code == "ABORTED_BEFORE_DISPATCH"
-    async with asyncio.timeout(WAIT):
-        while await engine.pending():  # noqa: ASYNC110 (visibility lags)
-            await asyncio.sleep(0.02)
+    await none_waiting(engine)
+    (gone,) = await listed(engine, "withdrawn")
+    assert (gone.ticket, gone.outcome, gone.answered_by) == (approval.ticket, None, None)
+    with pytest.raises(ValueError, match=f"approval {approval.ticket} was withdrawn: its "
+                                         "call was settled without an answer"):
+        await engine.resume(approval.ticket, "allowed-once")
+
+
+async def test_a_ticket_whose_tool_is_gone_at_the_rerun_is_withdrawn(
+        tools: Tools, temporal_server: str) -> None:
+    remove = tools.registry.register(tr.Tool(
+        name="drop", description="Drop x.", parameters={"type": "object"},
+        execute=lambda arguments, ctx: "dropped", requires_approval=True))
+    engine = await make(tools, temporal_server)
+    step = [tr.ToolCall(call_id="c0", name="drop", arguments={"x": 0})]
+    async with engine.worker():
+        running = asyncio.ensure_future(engine.run(f"gone-{id(tools)}", step))
+        (approval,) = await waiting(engine)
+    remove()
+    async with engine.worker():
+        batch = await asyncio.wait_for(running, WAIT)
+    error = batch.results[0].error
+    assert error is not None
+    assert error.code == "UNKNOWN_TOOL"
+    await none_waiting(engine)
+    (gone,) = await listed(engine, "withdrawn")
+    assert gone.ticket == approval.ticket
+    with pytest.raises(ValueError, match=f"approval {approval.ticket} was withdrawn"):
+        await engine.resume(approval.ticket, "allowed-once")
+
+
+async def test_a_rerun_waits_for_the_ticket_asked_before_and_asks_no_approver_again(
+        tools: Tools, temporal_server: str) -> None:
+    asked: list[str] = []
+
+    def approver(name: str) -> Any:
+        def answer(request: tr.ApprovalRequest) -> Any:
+            asked.append(name)
+            return durable.PENDING
+        return answer
+
+    first = await make(tools, temporal_server, approver=approver("first"))
+    step_id = f"again-{id(tools)}"
+    async with first.worker():
+        running = asyncio.ensure_future(first.run(step_id, calls("echo", "delete")))
+        (approval,) = await waiting(first)
+    # The rerun's pre-execute sees "delete" after its attempt claimed the step (the ticket
+    # unanswered then), just before its approval stage.
+    reached = asyncio.Event()
+
+    async def pre(execution: tr.Execution, call_next: Any) -> Any:
+        if execution.name == "delete":
+            reached.set()
+        return await call_next()
+
+    tools.registry.pre_execute(pre)
+    second = durable.Temporal(tools.registry, first.client, name=first.name,
+                              task_queue=first.task_queue, approver=approver("second"))
+    async with second.worker():
+        await asyncio.wait_for(reached.wait(), WAIT)
+        await second.resume(approval.ticket, "allowed-once")
+        batch = await asyncio.wait_for(running, WAIT)
+    assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    assert asked == ["first"]
+
+
+async def test_running_a_step_again_with_other_calls_raises_at_once_while_it_waits(
+        engine: Any, tools: Tools) -> None:
+    """Parked behind an approval, or live inside a body: either could wait for hours."""
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def gate(arguments: Any, ctx: tr.RunContext) -> str:
+        inside.set()
+        await release.wait()
+        return "through"
+
+    tools.registry.register(tr.Tool(name="gate", description="Gate.",
+                                    parameters={"type": "object"}, execute=gate))
+    parked = asyncio.ensure_future(engine.run(f"parked-{id(tools)}", calls("delete")))
+    live = asyncio.ensure_future(engine.run(f"live-{id(tools)}", calls("gate")))
+    (approval,) = await waiting(engine)
+    await asyncio.wait_for(inside.wait(), WAIT)
+    for step_id in (f"parked-{id(tools)}", f"live-{id(tools)}"):
+        with pytest.raises(ValueError, match=f"step '{step_id}' was already run with other "
+                                             "calls"):
+            await asyncio.wait_for(engine.run(step_id, calls("echo")), 5)
+    assert not parked.done()
+    assert not live.done()
+    await engine.resume(approval.ticket, "rejected")
+    release.set()
+    assert [r.text for r in (await live).results] == ["through"]
+    assert (await parked).results[0].is_error
+
+
+async def test_a_body_that_blocks_the_event_loop_runs_once_and_commits(
+        engine: Any, tools: Tools) -> None:
+    """Sync I/O inside an ``async def`` blocks the loop the worker runs on: for 8 s here,
+    four heartbeat timeouts. The heartbeats come from a thread, so Temporal never takes
+    the worker for dead: the body is not run again and its result is committed."""
+    ran: list[int] = []
+
+    async def block(arguments: Any, ctx: tr.RunContext) -> str:
+        ran.append(arguments["x"])
+        time.sleep(8)  # noqa: ASYNC251 (the mistake this test is about)
+        return "woke"
+
+    tools.registry.register(tr.Tool(name="block", description="Block.",
+                                    parameters={"type": "object"}, execute=block,
+                                    concurrency_safe=True))
+    step_id = f"block-{id(tools)}"
+    batch = await engine.run(step_id, calls("block", "echo"))
+    assert [(r.text, r.error) for r in batch.results] == [("woke", None), ("echo 1", None)]
+    assert ran == [0]
+    handle = engine.client.get_workflow_handle(f"{engine.name}:{step_id}")
+    history = await handle.fetch_history()
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")]
+    assert attempts == [1]  # the server never timed the attempt out
 
 
 async def test_bad_names_are_refused(tools: Tools) -> None:
@@ -114,11 +300,7 @@ async def test_a_step_cancelled_before_its_activity_started_runs_nothing(
 
 async def test_a_worker_stopping_while_an_approval_waits_leaves_it_to_the_next_worker(
         tools: Tools, temporal_server: str) -> None:
-    from temporalio.client import Client
-
-    client = await Client.connect(temporal_server)
-    engine = durable.Temporal(tools.registry, client, name="unit",
-                              task_queue=f"stop-{id(tools)}")
+    engine = await make(tools, temporal_server)
     step_id = f"stop-{id(tools)}"
     async with engine.worker():
         running = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))

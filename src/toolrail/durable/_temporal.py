@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
 from temporalio.bridge.proto import ActivityHeartbeat
 from temporalio.client import (
     Client,
@@ -229,7 +230,7 @@ class Temporal:
         """The step, in its activity: the driver over the record the workflow holds."""
         handle = self.client.get_workflow_handle(workflow_id)
         attempt = activity.info().attempt
-        state = await handle.execute_update("claim", args=[attempt])
+        state = await _execute_update(handle, "claim", [attempt])
         record = _TemporalRecord(handle, state, attempt)
         listed = [call_from_data(d) for d in calls]
         core = self.registry._core
@@ -318,6 +319,25 @@ async def _answer_sent(handle: WorkflowHandle[Any, Any], index: str, client: Cli
     return False
 
 
+async def _execute_update(handle: WorkflowHandle[Any, Any], name: str, args: list[Any],
+                          update_id: str | None = None) -> Any:
+    """``handle.execute_update``, sent again for as long as Temporal refuses it because a
+    workflow task of the step is being retried (until a worker completes one). One is,
+    for instance, when a body that blocked the worker's event loop delayed the workflow
+    task past its timeout."""
+    delay = 0.02
+    while True:
+        try:
+            return await handle.execute_update(name, args=args, id=update_id)
+        except RPCError as exc:
+            details = exc.grpc_status.details
+            if not (exc.status is RPCStatusCode.FAILED_PRECONDITION and details
+                    and details[0].Is(WorkflowNotReadyFailure.DESCRIPTOR)):
+                raise
+        await asyncio.sleep(delay)  # a backoff, not a wait for an event: Temporal has none
+        delay = min(2 * delay, 1.0)
+
+
 def _engine_error(exc: RPCError) -> Exception:
     """A failed Temporal request as a builtin error: ``ConnectionError`` when Temporal
     could not be reached in time (worth a retry), ``RuntimeError`` otherwise."""
@@ -395,7 +415,7 @@ class _TemporalRecord(Record):
         attempt took the step over, as the cancellation it is (so that the pipeline
         records nothing of it)."""
         try:
-            return await self.handle.execute_update(name, args=args, id=update_id)
+            return await _execute_update(self.handle, name, args, update_id)
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             raise asyncio.CancelledError from None
         except WorkflowUpdateFailedError as exc:
