@@ -380,3 +380,31 @@ async def test_a_database_that_cannot_be_opened_is_an_error_naming_it(
     async with durable.DBOS(tools.registry, name="unit",
                             database=f"sqlite:///{tmp_path / 'good.sqlite'}") as good:
         assert [r.text for r in (await good.run("s", calls("echo"))).results] == ["echo 0"]
+
+
+async def test_who_answered_and_when_is_recorded_listed_and_readable_by_observers(
+        engine: durable.DBOS, tools: Tools) -> None:
+    answers: list[tuple[str | None, durable.Answer | None]] = []
+    tools.registry.on_result(lambda e, r: answers.append((e.name, durable.answer(e))))
+    step = asyncio.ensure_future(engine.run("s", calls("echo", "delete")))
+    (approval,) = await waiting(engine)
+    await engine.resume(approval.ticket, "allowed-once", answered_by="carol")
+    await step
+    (answered,) = await engine.pending(history=True)
+    assert (answered.ticket, answered.status, answered.outcome, answered.answered_by) == (
+        "unit:s/1", "answered", tr.ApprovalOutcome.ALLOWED_ONCE, "carol")
+    assert answered.answered_at is not None
+    assert answered.answered_at >= answered.asked_at
+    assert answers == [("echo", None), ("delete", durable.Answer(
+        "unit:s/1", tr.ApprovalOutcome.ALLOWED_ONCE, "carol", answered.answered_at))]
+
+
+async def test_resume_checks_its_arguments(engine: durable.DBOS) -> None:
+    with pytest.raises(TypeError, match="ticket must be a str, got int"):
+        await engine.resume(1, "allowed-once")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="answered_by must be a str or None, got int"):
+        await engine.resume("unit:s/0", "allowed-once", answered_by=7)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'maybe' is not a valid ApprovalOutcome"):
+        await engine.resume("unit:s/0", "maybe")
+    with pytest.raises(KeyError):
+        await engine.resume("unit:s/0", "allowed-once")

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._journal import PENDING, DurableApprover
+from ._journal import PENDING, Answer, DurableApprover, answer
 from ._shared import PendingApproval
 
 if TYPE_CHECKING:
     from ._dbos import DBOS, Approvals, DurableStream, sqlite_engine
     from ._temporal import Temporal
 
-__all__ = ["DBOS", "PENDING", "Approvals", "DurableApprover", "DurableStream",
-           "PendingApproval", "Temporal", "sqlite_engine"]
+__all__ = ["DBOS", "PENDING", "Answer", "Approvals", "DurableApprover", "DurableStream",
+           "PendingApproval", "Temporal", "answer", "sqlite_engine"]
 
 _ENGINES = {"DBOS": ("_dbos", "dbos"), "Approvals": ("_dbos", "dbos"),
             "DurableStream": ("_dbos", "dbos"), "sqlite_engine": ("_dbos", "dbos"),

@@ -318,13 +318,15 @@ class DBOS:
             raise ValueError(f"step {step_id!r} was already run with other calls")
         return batch_from_data(out["batch"])
 
-    async def pending(self) -> list[PendingApproval]:
-        """This engine's waiting approvals, oldest first (``Approvals.pending``)."""
-        return await self._client().pending()
+    async def pending(self, *, history: bool = False) -> list[PendingApproval]:
+        """This engine's waiting approvals, oldest first; with ``history``, its answered
+        and withdrawn ones too (``Approvals.pending``)."""
+        return await self._client().pending(history=history)
 
-    async def resume(self, ticket: str, outcome: ApprovalOutcome | str) -> None:
-        """Answer one waiting approval (``Approvals.resume``)."""
-        await self._client().resume(ticket, outcome)
+    async def resume(self, ticket: str, outcome: ApprovalOutcome | str, *,
+                     answered_by: str | None = None) -> None:
+        """Answer one waiting approval, as ``answered_by`` (``Approvals.resume``)."""
+        await self._client().resume(ticket, outcome, answered_by=answered_by)
 
     async def aclose(self) -> None:
         """Stop DBOS if this engine started it; steps still running are left to the next

@@ -28,6 +28,7 @@ code path, run again against the registry as it is at the rerun.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Collection, Hashable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from .._core.presentation import RUN_CODE
 from .._dispatch.commit import finish
+from .._dispatch.execution import Execution, ExecutionToken
 from .._dispatch.failures import from_exception
 from .._dispatch.materialize import materialize
 from .._dispatch.pipeline import run_dispatch
@@ -52,7 +54,7 @@ from ._codec import Data, result_from_data, result_to_data
 if TYPE_CHECKING:
     from .._core.core import Core
 
-__all__ = ["PENDING", "DurableApprover", "Record", "StepJournal"]
+__all__ = ["PENDING", "Answer", "DurableApprover", "Record", "StepJournal", "answer"]
 
 
 class _Pending:
@@ -77,6 +79,28 @@ DurableApprover: TypeAlias = Callable[
 """An engine's approver: an ``Approver`` that may also answer ``PENDING``."""
 
 INTERRUPTED_MESSAGE: Final = "tool call was interrupted by a restart; it may have run"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A person's answer to a call's ticket: what, who (``resume(..., answered_by=)``),
+    and when (seconds since the epoch)."""
+
+    ticket: str
+    outcome: ApprovalOutcome
+    answered_by: str | None
+    answered_at: float | None
+
+
+# the answers of the calls in flight, by token: observers read them with ``answer``
+_ANSWERS: weakref.WeakKeyDictionary[ExecutionToken, Answer] = weakref.WeakKeyDictionary()
+
+
+def answer(execution: Execution) -> Answer | None:
+    """The person's answer that call ``execution`` ran (or was refused) under, for a call
+    of a durable step that waited on a ticket; ``None`` for any other call. Middleware
+    and observers read it: ``durable.answer(execution).answered_by``."""
+    return _ANSWERS.get(execution.token)
 
 
 @dataclass
@@ -138,6 +162,7 @@ class StepJournal:
         self.replayed: set[int] = set()
         self.indexes: dict[int, int] = {}  # id(state) -> the call's index
         self.driver: DurableDriver | None = None
+        self.tokens: dict[int, ExecutionToken] = {}  # each call's, for ``answer``
 
     def make_driver(self, calls: list[ToolCall], scopes: list[Hashable], max_parallel: int,
                     signal: CancelSignal | None, feed: Feed = Feed.FIXED) -> DurableDriver:
@@ -155,6 +180,9 @@ class StepJournal:
         # unique across engines on one database, as the ticket is (writing-tools.md)
         execution._idempotency_key = f"{self.ticket_prefix}/{index}"
         record = self.record
+        self.tokens[index] = execution._token
+        if (answered := record.approvals.get(index)) is not None:
+            self._answered(index, answered)
         recorded = record.results.get(index)
         dispatched = record.dispatched.get(index)
         if recorded is not None:
@@ -242,10 +270,18 @@ class StepJournal:
                     return outcome
                 record.asked.add(index)
             answer = await record.ask(index, self._asked(index, request))
+        self._answered(index, answer)
         if answer["digest"] != self._digest(request):
             raise ToolError(f'tool "{request.tool_name}" changed while its call waited for '
                             "approval", code=TOOL_CHANGED)
         return ApprovalOutcome(answer["outcome"])
+
+    def _answered(self, index: int, answer: Data) -> None:
+        token = self.tokens.get(index)
+        if token is not None:
+            _ANSWERS[token] = Answer(f"{self.ticket_prefix}/{index}",
+                                     ApprovalOutcome(answer["outcome"]),
+                                     answer.get("answered_by"), answer.get("answered_at"))
 
     async def _asked_first(self, request: ApprovalRequest) -> Any:
         """The engine's approver's answer (``PENDING`` when there is none)."""
