@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import sqlalchemy as sa
 from dbos import DBOS as _DBOS
 from dbos import DBOSClient, SetWorkflowID
 from dbos._core import WorkflowHandleAsyncTask
@@ -38,7 +39,7 @@ from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch, Committed
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data
 from ._journal import DurableApprover, Record, StepJournal
-from ._liveness import Liveness, connect
+from ._liveness import Liveness, answers_of, connect, record_answer
 from ._shared import (
     WITHDRAWN,
     PendingApproval,
@@ -63,7 +64,6 @@ _APPROVAL: Final = "toolrail.approval"
 _TOPIC: Final = "toolrail.outcome"
 _VERSION: Final = "toolrail-durable-2"  # the record's layout: DBOS recovers only this version
 _WAITING: Final = ["PENDING", "ENQUEUED"]
-_ANSWER: Final = "toolrail_answer"  # the approval workflow's attribute once answered
 _ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
 _PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
 _POLL: Final = 0.05  # s between polls of DBOS's internal queue (private: dbos<3.5)
@@ -94,62 +94,66 @@ class Approvals:
     """The waiting approvals of one database, from any process; no agent needs to run.
 
     ``Approvals("sqlite:///agent.sqlite")``; an engine's ``pending()`` and ``resume()``
-    are this, on the engine's database."""
+    are this, on the engine's database. A ticket's answer is a row of toolrail's
+    ``toolrail_answers`` (its primary key makes a second answer fail, atomically)
+    written in one transaction with the DBOS message that wakes the ticket's workflow."""
 
     def __init__(self, database: str, *, prefix: str = "") -> None:
-        self._engine = sqlite_engine(database) if database.startswith("sqlite:") else None
-        self._client = (DBOSClient(system_database_url=database) if self._engine is None
-                        else DBOSClient(system_database_engine=self._engine))
+        self._engine = connect(database, sqlite_engine(database)
+                               if database.startswith("sqlite:") else None)
+        self._client = DBOSClient(system_database_engine=self._engine)
         self._prefix = prefix
 
     async def pending(self, *, history: bool = False) -> list[PendingApproval]:
-        """Every approval still waiting for an answer, oldest first, in one query; with
-        ``history``, the answered ones (who, when, what) and the withdrawn ones too."""
-        workflows = await self._client.list_workflows_async(
+        """Every approval still waiting for an answer, oldest first; with ``history``,
+        the answered ones (who, when, what) and the withdrawn ones too."""
+        workflows = [workflow for workflow in await self._client.list_workflows_async(
             name=_APPROVAL, status=None if history else _WAITING,
-            workflow_id_prefix=self._prefix or None, load_output=history)
+            workflow_id_prefix=self._prefix or None, load_output=False) if workflow.input]
+        answers = await asyncio.to_thread(
+            answers_of, self._engine, [workflow.workflow_id for workflow in workflows])
         out = []
         for workflow in workflows:
-            if not workflow.input:
-                continue
+            assert workflow.input is not None
             request = workflow.input["args"][0]
-            answer = (workflow.attributes or {}).get(_ANSWER)
-            if workflow.status == "SUCCESS":
-                answer = workflow.output
+            answer = answers.get(workflow.workflow_id)
             if answer is None and workflow.status in _WAITING:
                 out.append(pending_approval(request))
             elif history:
                 out.append(pending_approval(request, None, WITHDRAWN) if answer is None
-                           else pending_approval(request, _answer(answer)))
+                           else pending_approval(request, answer))
         return sorted(out, key=lambda p: p.asked_at)
 
     async def resume(self, ticket: str, outcome: ApprovalOutcome | str, *,
                      answered_by: str | None = None) -> None:
         """Answer approval ``ticket`` once, as ``answered_by`` (recorded with the time);
         ``KeyError`` for an unknown ticket, ``ValueError`` for one already answered or
-        withdrawn (its call was settled without it), or an outcome that is not one.
-
-        The answer is a DBOS message whose idempotency key is the ticket: of two answers
-        sent at the same instant, the first is the one the call gets."""
+        withdrawn (its call was settled without it), or an outcome that is not one. Of
+        two answers racing, the first to commit is the answer; the other raises."""
         answer = answer_of(checked_answer(ticket, outcome, answered_by), answered_by)
-        client = self._client
-        workflows = await client.list_workflows_async(workflow_ids=[ticket], load_input=False,
-                                                      load_output=False)
+        workflows = await self._client.list_workflows_async(
+            workflow_ids=[ticket], load_input=False, load_output=False)
         if not workflows or workflows[0].name != _APPROVAL:
             raise KeyError(ticket)
-        status = workflows[0]
-        if status.status not in _WAITING or _ANSWER in (status.attributes or {}):
-            raise withdrawn(ticket) if status.status == "CANCELLED" else already_answered(
-                ticket)
-        # The message first: dying before the attribute is written loses nothing, and
-        # a second answer's message then has the same key, which DBOS drops.
-        await client.send_async(ticket, answer, _TOPIC, idempotency_key=ticket)
-        await client.update_workflow_attributes_async(ticket, {_ANSWER: answer}, merge=True)
+        if workflows[0].status == "CANCELLED":
+            raise withdrawn(ticket)
+        if not await asyncio.to_thread(self._answer, ticket, answer):
+            raise already_answered(ticket)
+
+    def _answer(self, ticket: str, answer: Data) -> bool:
+        """Record ``answer`` and send it to the ticket's workflow, in one transaction;
+        ``False`` if the ticket has an answer already."""
+        try:
+            with self._engine.begin() as connection:
+                record_answer(connection, ticket, answer)
+                self._client.send_in_transaction(connection, ticket, answer, _TOPIC)
+        except sa.exc.IntegrityError:
+            return False
+        return True
 
     def close(self) -> None:
         self._client.destroy()
-        if self._engine is not None:  # DBOSClient leaves an engine it was given open
-            self._engine.dispose()
+        self._engine.dispose()  # DBOSClient leaves an engine it was given open
 
 
 _Listener = Callable[[int, ToolResult], None]
