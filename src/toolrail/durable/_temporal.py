@@ -118,6 +118,10 @@ class Temporal:
             restrictions=SandboxRestrictions.default.with_passthrough_modules("toolrail")))
         worker = Worker(self.client, task_queue=self.task_queue, workflows=[Step],
                         activities=[step], **options)
+        if not hasattr(worker, "_bridge_worker"):
+            raise RuntimeError("this temporalio's Worker has no _bridge_worker, through which "
+                               "toolrail's steps heartbeat off the event loop (temporalio "
+                               "1.35 has it)")
         return worker
 
     async def run(self, step_id: str, calls: Iterable[ToolCall], *, max_parallel: int = 10,
