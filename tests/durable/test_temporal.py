@@ -120,6 +120,8 @@ async def test_a_second_answer_with_no_worker_running_is_refused_and_the_first_r
     """With no worker, the workflow has not taken the first answer in (its memo still
     says waiting): the second is refused from the history's signal, and the first, with
     who gave it and when, is what the step runs and what the record and inbox hold."""
+    seen: list[Any] = []
+    tools.registry.on_result(lambda execution, result: seen.append(durable.answer(execution)))
     engine = await make(tools, temporal_server)
     step_id = f"twice-{id(tools)}"
     async with engine.worker():
@@ -139,6 +141,8 @@ async def test_a_second_answer_with_no_worker_running_is_refused_and_the_first_r
     answer = state["answers"]["1"]
     assert (answer["outcome"], answer["answered_by"]) == ("allowed-once", "ada")
     assert before <= answer["answered_at"] <= after
+    assert seen == [None, durable.Answer(approval.ticket, tr.ApprovalOutcome.ALLOWED_ONCE,
+                                         "ada", answer["answered_at"])]  # the observers'
     (answered,) = await listed(engine, "answered")
     assert (answered.ticket, answered.outcome, answered.answered_by, answered.answered_at) == (
         approval.ticket, tr.ApprovalOutcome.ALLOWED_ONCE, "ada", answer["answered_at"])
