@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import sqlalchemy as sa
 from dbos import DBOS as _DBOS
-from dbos import DBOSClient, SetWorkflowID
+from dbos import SetWorkflowID
 from dbos._core import WorkflowHandleAsyncTask
 
 from .._core.presentation import RUN_CODE
@@ -39,7 +39,7 @@ from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch, Committed
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data
 from ._journal import DurableApprover, Record, StepJournal
-from ._liveness import Liveness, answers_of, connect, record_answer
+from ._liveness import Liveness, connect
 from ._shared import (
     WITHDRAWN,
     PendingApproval,
@@ -51,6 +51,11 @@ from ._shared import (
     pending_approval,
     withdrawn,
 )
+from ._tickets import MISSING, AnswerWatch
+from ._tickets import answer as answer_ticket
+from ._tickets import ask as ask_ticket
+from ._tickets import list_tickets as tickets_of
+from ._tickets import withdraw as withdraw_ticket
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -60,11 +65,7 @@ __all__ = ["DBOS", "Approvals", "DurableStream", "PendingApproval", "sqlite_engi
 T = TypeVar("T")
 
 _STEP: Final = "toolrail.step"
-_APPROVAL: Final = "toolrail.approval"
-_TOPIC: Final = "toolrail.outcome"
 _VERSION: Final = "toolrail-durable-2"  # the record's layout: DBOS recovers only this version
-_WAITING: Final = ["PENDING", "ENQUEUED"]
-_ANSWERED: Final = "toolrail.answer"  # the approval workflow's event: the answer
 _PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
 _POLL: Final = 0.05  # s between polls of DBOS's internal queue (private: dbos<3.5)
 TAKEOVER_AFTER: Final = 15.0  # s without a sign of life before a process's steps move
@@ -85,44 +86,41 @@ class _Launched:
     engine: Any = None  # the SQLite engine it was given: DBOS does not dispose of it
     liveness: Liveness | None = None  # this process's executor row (``_liveness``)
     users: int = 0  # the engines using it, the application's DBOS's (``dbos=``) included
+    watch: AnswerWatch | None = None  # the answers this process's parked calls wait for
+
+    def tables(self) -> Any:
+        """The SQLAlchemy engine on toolrail's tables in the process's database."""
+        assert self.liveness is not None, "no engine is launched"
+        return self.liveness.engine
+
+    def answers(self) -> AnswerWatch:
+        if self.watch is None:
+            self.watch = AnswerWatch(self.tables())
+        return self.watch
 
 
 _launched = _Launched()
 
 
 class Approvals:
-    """The waiting approvals of one database, from any process; no agent needs to run.
+    """The waiting approvals of one database, from any process; no agent needs to run
+    and no DBOS is launched: the tickets are toolrail's tables (``_tickets``).
 
     ``Approvals("sqlite:///agent.sqlite")``; an engine's ``pending()`` and ``resume()``
-    are this, on the engine's database. A ticket's answer is a row of toolrail's
-    ``toolrail_answers`` (its primary key makes a second answer fail, atomically)
-    written in one transaction with the DBOS message that wakes the ticket's workflow."""
+    are this, on the engine's database."""
 
     def __init__(self, database: str, *, prefix: str = "") -> None:
         self._engine = connect(database, sqlite_engine(database)
                                if database.startswith("sqlite:") else None)
-        self._client = DBOSClient(system_database_engine=self._engine)
         self._prefix = prefix
 
     async def pending(self, *, history: bool = False) -> list[PendingApproval]:
-        """Every approval still waiting for an answer, oldest first; with ``history``,
-        the answered ones (who, when, what) and the withdrawn ones too."""
-        workflows = [workflow for workflow in await self._client.list_workflows_async(
-            name=_APPROVAL, status=None if history else _WAITING,
-            workflow_id_prefix=self._prefix or None, load_output=False) if workflow.input]
-        answers = await asyncio.to_thread(
-            answers_of, self._engine, [workflow.workflow_id for workflow in workflows])
-        out = []
-        for workflow in workflows:
-            assert workflow.input is not None
-            request = workflow.input["args"][0]
-            answer = answers.get(workflow.workflow_id)
-            if answer is None and workflow.status in _WAITING:
-                out.append(pending_approval(request))
-            elif history:
-                out.append(pending_approval(request, None, WITHDRAWN) if answer is None
-                           else pending_approval(request, answer))
-        return sorted(out, key=lambda p: p.asked_at)
+        """Every approval still waiting for an answer, oldest first, in one query; with
+        ``history``, the answered ones (who, when, what) and the withdrawn ones too."""
+        tickets = await asyncio.to_thread(tickets_of, self._engine, self._prefix,
+                                          waiting_only=not history)
+        return [pending_approval(request, found, state)
+                for _, state, found, request in tickets]
 
     async def resume(self, ticket: str, outcome: ApprovalOutcome | str, *,
                      answered_by: str | None = None) -> None:
@@ -130,30 +128,20 @@ class Approvals:
         ``KeyError`` for an unknown ticket, ``ValueError`` for one already answered or
         withdrawn (its call was settled without it), or an outcome that is not one. Of
         two answers racing, the first to commit is the answer; the other raises."""
-        answer = answer_of(checked_answer(ticket, outcome, answered_by), answered_by)
-        workflows = await self._client.list_workflows_async(
-            workflow_ids=[ticket], load_input=False, load_output=False)
-        if not workflows or workflows[0].name != _APPROVAL:
+        given = answer_of(checked_answer(ticket, outcome, answered_by), answered_by)
+        if not ticket.startswith(self._prefix):
             raise KeyError(ticket)
-        if workflows[0].status == "CANCELLED":
-            raise withdrawn(ticket)
-        if not await asyncio.to_thread(self._answer, ticket, answer):
-            raise already_answered(ticket)
-
-    def _answer(self, ticket: str, answer: Data) -> bool:
-        """Record ``answer`` and send it to the ticket's workflow, in one transaction;
-        ``False`` if the ticket has an answer already."""
         try:
-            with self._engine.begin() as connection:
-                record_answer(connection, ticket, answer)
-                self._client.send_in_transaction(connection, ticket, answer, _TOPIC)
+            done = await asyncio.to_thread(answer_ticket, self._engine, ticket, **given)
         except sa.exc.IntegrityError:
-            return False
-        return True
+            raise already_answered(ticket) from None
+        if done == MISSING:
+            raise KeyError(ticket)
+        if done == WITHDRAWN:
+            raise withdrawn(ticket)
 
     def close(self) -> None:
-        self._client.destroy()
-        self._engine.dispose()  # DBOSClient leaves an engine it was given open
+        self._engine.dispose()
 
 
 _Listener = Callable[[int, ToolResult], None]
@@ -494,12 +482,13 @@ class _DBOSRecord(Record):
         record = cls(workflow_id)
         if fresh:
             return record
-        reads: list[Coroutine[Any, Any, Any]] = [
-            _DBOS.list_workflow_steps_async(workflow_id), _DBOS.list_workflows_async(
-            name=_APPROVAL, workflow_id_prefix=f"{workflow_id}/", load_input=False)]
+        reads: list[Awaitable[Any]] = [
+            _outside(_DBOS.list_workflow_steps_async(workflow_id)),
+            asyncio.to_thread(tickets_of, _launched.tables(), f"{workflow_id}/",
+                              waiting_only=False)]
         if any(call["name"] == RUN_CODE for call in calls):
-            reads.append(_DBOS.get_all_events_async(workflow_id))
-        steps, tickets, *events = await asyncio.gather(*map(_outside, reads))
+            reads.append(_outside(_DBOS.get_all_events_async(workflow_id)))
+        steps, tickets, *events = await asyncio.gather(*reads)
         record.events = events[0] if events else {}
         for step in steps:
             record.last = max(record.last, step["function_id"])
@@ -507,12 +496,12 @@ class _DBOSRecord(Record):
                 for kind, index, data in step["output"]:
                     record._replay(kind, index, data)
         prefix = len(workflow_id) + 1
-        for ticket in tickets:
-            index = ticket.workflow_id[prefix:]
+        for ticket, _, found, request in tickets:
+            index = ticket[prefix:]
             if index.isdigit():
                 record.asked.add(int(index))
-                if ticket.status == "SUCCESS" and ticket.output is not None:
-                    record.approvals[int(index)] = ticket.output
+                if found is not None:
+                    record.approvals[int(index)] = {**found, "digest": request["digest"]}
         return record
 
     def _replay(self, kind: str, index: int, data: Any) -> None:
@@ -525,18 +514,20 @@ class _DBOSRecord(Record):
 
     async def ask(self, index: int, request: Data) -> Data:
         ticket = request["ticket"]
+        # the request as it was first asked (an earlier process's, when this one asks
+        # again): its digest is the one the person saw
+        first, _ = await asyncio.to_thread(ask_ticket, _launched.tables(), request)
         try:
-            # the answer to the request as it was first asked (an earlier process's,
-            # when this one asks again): its digest is the one the person saw
-            out = await _outside(_approval_result(ticket, request))
+            found = await _launched.answers().wait(ticket)
         except asyncio.CancelledError:  # the call's signal fired: nobody is asked
-            await asyncio.shield(_outside(_DBOS.cancel_workflow_async(ticket)))
+            await asyncio.shield(self.withdraw(index))
             raise
-        self.approvals[index] = out
+        out = self.approvals[index] = {**found, "digest": first["digest"]}
         return out
 
     async def withdraw(self, index: int) -> None:
-        await _outside(_DBOS.cancel_workflow_async(f"{self.workflow_id}/{index}"))
+        await asyncio.to_thread(withdraw_ticket, _launched.tables(),
+                                f"{self.workflow_id}/{index}")
 
     async def mark(self, index: int) -> None:
         await self._wait("mark", index, True)
@@ -653,43 +644,6 @@ async def _step(engine: str, step_id: str, calls: list[Data], max_parallel: int)
     return await owner._step(_DBOS.workflow_id or "", step_id, calls, max_parallel)
 
 
-@_DBOS.workflow(name=_APPROVAL)
-async def _approval(request: Data) -> Data:
-    while True:
-        message = await _DBOS.recv_async(_TOPIC, timeout_seconds=24 * 3600)
-        if message is not None:
-            answer = {**_answer(message), "digest": request["digest"]}
-            await _DBOS.set_event_async(_ANSWERED, answer)
-            return answer
-
-
-def _answer(message: Any) -> Data:
-    """A person's answer as ``resume`` sent it (a bare outcome, before ``answered_by``)."""
-    if isinstance(message, dict):
-        return message
-    return {"outcome": str(message), "answered_by": None, "answered_at": None}
-
-
-async def _approval_result(ticket: str, request: Data) -> Data:
-    """The answer of approval ``ticket``, asked with ``request`` unless it was asked
-    before. A workflow of its own, not the step's child: see the module's docstring. It
-    is awaited through its event, which DBOS's one notification listener delivers, not
-    through its result, which each waiter would poll: a thousand may wait at once. One
-    withdrawn earlier (its call was cancelled, and the process died before the call's
-    result was recorded) is answered ``cancelled``."""
-    found: Any = await _DBOS.list_workflows_async(workflow_ids=[ticket], load_output=False)
-    if not found:
-        with SetWorkflowID(ticket):
-            await _DBOS.start_workflow_async(_approval, request)
-    elif found[0].status == "CANCELLED":
-        return {"outcome": "cancelled", "digest": found[0].input["args"][0]["digest"]}
-    while True:
-        answer: Data | None = await _DBOS.get_event_async(ticket, _ANSWERED,
-                                                          timeout_seconds=3600)
-        if answer is not None:
-            return answer
-
-
 async def _result(workflow_id: str, step_id: str, data: list[Data], *args: Any) -> Data:
     """The result of step workflow ``workflow_id``, started with ``args`` unless it
     exists (run before, or recovered at launch: then its own inputs are the ones that
@@ -723,6 +677,9 @@ def _leave_liveness() -> None:
     _launched.users -= 1
     liveness = _launched.liveness
     if not _launched.users and liveness is not None:
+        if _launched.watch is not None:
+            _launched.watch.close()
+            _launched.watch = None
         _launched.liveness = None
         liveness.stop()
 

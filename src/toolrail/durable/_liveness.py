@@ -1,6 +1,4 @@
-"""toolrail's two tables beside DBOS's: who is alive, and a person's answers.
-
-Many agent processes on one DBOS database: who is alive, and who takes over the dead.
+"""Many agent processes on one DBOS database: who is alive, and who takes over the dead.
 
 Each process is a DBOS executor of its own (``executor_id``: unique, or given for a
 process slot that restarts). DBOS's launch recovers only its own executor's pending
@@ -35,23 +33,24 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-__all__ = ["Liveness", "answers_of", "connect", "record_answer"]
+from ._tickets import SCHEMA
+
+__all__ = ["Liveness", "connect"]
 
 _log = logging.getLogger("toolrail.durable")
 
 TABLE: Final = "toolrail_executors"
-ANSWERS: Final = "toolrail_answers"  # a person's answer to a ticket: one row, once
 _SCHEMA: Final = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (executor_id TEXT PRIMARY KEY, "
     "host TEXT NOT NULL, pid INTEGER NOT NULL, beat DOUBLE PRECISION NOT NULL, taker TEXT)",
-    f"CREATE TABLE IF NOT EXISTS {ANSWERS} (ticket TEXT PRIMARY KEY, outcome TEXT NOT NULL, "
-    "answered_by TEXT, answered_at DOUBLE PRECISION NOT NULL)",
+    *SCHEMA,
 )
 
 
 def connect(database: str, engine: Any = None) -> Any:
-    """A SQLAlchemy engine on ``database``, checked by a first connection: a URL that
-    cannot be opened is a ``ValueError`` naming ``database=``, not a driver's trace."""
+    """A SQLAlchemy engine on ``database``, checked by a first connection that creates
+    toolrail's tables (this module's and ``_tickets``'): a URL that cannot be opened is
+    a ``ValueError`` naming ``database=``, not a driver's trace."""
     if engine is None:
         try:
             url = sa.engine.make_url(database)
@@ -70,30 +69,6 @@ def connect(database: str, engine: Any = None) -> Any:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise ValueError(f"database={database!r} cannot be opened: {reason}") from None
     return engine
-
-
-def record_answer(connection: Any, ticket: str, answer: dict[str, Any]) -> None:
-    """Insert ticket ``ticket``'s answer; ``sqlalchemy.exc.IntegrityError`` if it has one."""
-    connection.execute(
-        sa.text(f"INSERT INTO {ANSWERS} (ticket, outcome, answered_by, answered_at) "
-                "VALUES (:ticket, :outcome, :answered_by, :answered_at)"),
-        {"ticket": ticket, **answer})
-
-
-def answers_of(engine: Any, tickets: list[str]) -> dict[str, dict[str, Any]]:
-    """The recorded answers of ``tickets``, by ticket."""
-    out: dict[str, dict[str, Any]] = {}
-    with engine.begin() as connection:
-        for start in range(0, len(tickets), 500):
-            chunk = tickets[start:start + 500]
-            rows = connection.execute(
-                sa.text(f"SELECT ticket, outcome, answered_by, answered_at FROM {ANSWERS} "
-                        "WHERE ticket IN :tickets").bindparams(
-                            sa.bindparam("tickets", expanding=True)), {"tickets": chunk})
-            for ticket, outcome, answered_by, answered_at in rows:
-                out[ticket] = {"outcome": outcome, "answered_by": answered_by,
-                               "answered_at": answered_at}
-    return out
 
 
 def _now(engine: Any) -> str:
