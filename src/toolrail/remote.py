@@ -11,15 +11,21 @@ It is not an around-execute middleware that skips ``call_next``: that would lose
 these.
 
 - **Across the wire** the call is lossless JSON text: the frozen arguments go out, and
-  the body's value (or ``ToolOutput``) comes back, as JSON.
+  what the body returned comes back: its value, content and meta, read as the pipeline
+  reads a return (pipeline.md "Body").
+- **The result is the one in process.** A return that is not lossless JSON comes back
+  as the exception the pipeline's output check raises for it (``INVALID_TOOL_OUTPUT``,
+  with the same message), and the driver's pipeline renders the value and checks the
+  output schema itself. An exception the body raises comes back pickled, as itself: its
+  message, type and code. One that does not come back equal (by those three) is a
+  ``ToolError`` with its message and code.
 - **A fired body signal** (the caller's, a timeout, a cancelled task) cancels the Ray
   task (``ray.cancel(force=True)``). The body returns only once Ray reports that task
   ended, so nothing keeps running after the call.
-- **A task stopped on the worker** by anyone else ends as an error result, with code
-  ``REMOTE_CANCELLED``. A worker that died mid-call ends with ``REMOTE_WORKER_DIED``.
-  Neither hangs.
-- **Exceptions.** A ``ToolError`` the body raises on the worker comes back with its
-  code. Any other exception becomes a ``ToolError`` that names its type.
+- **Ray's own failures** are error results that carry none of Ray's text (tracebacks,
+  pids, addresses): a task stopped on the worker by anyone else is ``REMOTE_CANCELLED``;
+  a worker, node or raylet that died mid-call is ``REMOTE_WORKER_DIED``; anything else
+  Ray raises is ``REMOTE_FAILED``.
 - **The run context.** The body gets a ``RemoteContext``: the call's ``call_id``,
   ``name``, ``arguments`` and ``scope``, and a signal that never fires (Ray's
   cancellation stops the body instead). ``defer_context``, ``conclude_turn`` and
@@ -32,22 +38,36 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import uuid
-from collections.abc import Mapping
+import pickle
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ._dispatch.execution import RunContext
+from ._dispatch.failures import Invalid, from_exception
+from ._dispatch.materialize import checked_value, frozen_blocks, output_error, rendered
 from ._model.cancel import CancelSignal
-from ._model.errors import ToolError
-from ._model.foreign import is_awaitable
-from ._model.lossless import snapshot_json, thaw
-from ._model.results import ToolOutput
+from ._model.errors import ToolError, ToolOutputError
+from ._model.foreign import is_awaitable, message_of
+from ._model.lossless import FrozenDict, json_text, snapshot_json, type_name
+from ._model.results import (
+    Content,
+    ErrorInfo,
+    ImageContent,
+    TextContent,
+    ToolOutput,
+    is_content,
+    only_content,
+)
 from ._model.tool import Tool
 
-__all__ = ["REMOTE_CANCELLED", "REMOTE_WORKER_DIED", "Ray", "RemoteContext"]
+__all__ = ["REMOTE_CANCELLED", "REMOTE_FAILED", "REMOTE_WORKER_DIED", "Ray", "RemoteContext"]
 
 REMOTE_CANCELLED: Final = "REMOTE_CANCELLED"
 REMOTE_WORKER_DIED: Final = "REMOTE_WORKER_DIED"
+REMOTE_FAILED: Final = "REMOTE_FAILED"
+
+# What the Ray task returns: JSON text, and the body's exception pickled (or ``None``).
+Outcome = tuple[str, bytes | None]
 
 
 class Ray:
@@ -63,24 +83,29 @@ class Ray:
 
         self._ray = ray
         self._options = {"max_retries": 0, **options}
-        self._task = ray.remote(_run_body)
 
     def tool(self, tool: Tool) -> Tool:
         """``tool``, its body run on Ray: register it as usual."""
         if not isinstance(tool, Tool):
             raise TypeError(f"Ray.tool takes a Tool, got {type(tool).__name__}")
         ray = self._ray
-        # The body goes to the object store once; a worker loads it on its first call and
-        # keeps it (the reference travels inside a list, which Ray does not resolve).
-        body = [uuid.uuid4().hex, ray.put(tool.execute)]
-        task = self._task.options(**self._options)
+        try:  # Ray would pickle it at the first call: fail here instead
+            ray.cloudpickle.dumps(tool.execute)
+        except Exception as exc:
+            raise TypeError(f'tool "{tool.name}": Ray cannot pickle its body: {exc}') from exc
+        # The body travels inside the task's function, which Ray exports once through its
+        # control store and a worker loads once.
+        task = ray.remote(_task(tool.execute)).options(**self._options)
 
         async def execute(arguments: Any, ctx: RunContext) -> Any:
-            call = json.dumps({"call_id": ctx.call_id, "name": ctx.name,
-                               "arguments": thaw(arguments), "scope": _plain(ctx.scope)})
-            ref = task.remote(body, call)
+            call = json_text(FrozenDict(call_id=ctx.call_id, name=ctx.name,
+                                        arguments=arguments, scope=_plain(ctx.scope)))
             try:
-                return _decoded(await _outcome(ray, ref))
+                ref = task.remote(call)
+            except Exception as exc:
+                raise _ray_failure(exc) from None
+            try:
+                outcome = await _outcome(ray, ref)
             except asyncio.CancelledError:
                 # The body signal fired (or this task was cancelled): stop the Ray task,
                 # and return only once Ray says it has ended.
@@ -88,6 +113,7 @@ class Ray:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.shield(_ended(ref))
                 raise
+            return _returned(outcome)
 
         return dataclasses.replace(tool, execute=execute, inline=False,
                                    cancellation="interrupt")
@@ -113,84 +139,171 @@ class RemoteContext:
         """No effect: the run context's effects do not cross the wire."""
 
 
-_BODIES: dict[str, Any] = {}  # in a Ray worker: the bodies it has loaded, by key
+# ---- on the worker --------------------------------------------------------------------
 
 
-def _run_body(where: list[Any], call: str) -> str:
-    """The Ray task: run the body on the call's frozen arguments; its outcome as JSON."""
-    key, ref = where
-    body = _BODIES.get(key)
-    if body is None:
-        import ray
+def _task(body: Any) -> Callable[[str], Outcome]:
+    """The Ray task of ``body``: run it on a call; what it returned, or how it failed."""
 
-        body = _BODIES[key] = ray.get(ref)
-    data = json.loads(call)
-    arguments = snapshot_json(data["arguments"])
-    ctx = RemoteContext(data["call_id"], data["name"], arguments, data["scope"])
-    try:
-        out = body(arguments, ctx)
-        if is_awaitable(out):
-            out = asyncio.run(_awaited(out))
-    except ToolError as exc:
-        return json.dumps({"error": exc.message, "code": exc.code, "type": type(exc).__name__})
-    except Exception as exc:
-        return json.dumps({"error": f"{type(exc).__name__}: {exc}", "code": None,
-                           "type": type(exc).__name__})
-    if isinstance(out, ToolOutput):
-        return json.dumps({"output": {"value": thaw(snapshot_json(out.value)),
-                                      "meta": thaw(snapshot_json(out.meta)),
-                                      "content": _content(out.content)}})
-    return json.dumps({"value": thaw(snapshot_json(out))})
+    def run_body(call: str) -> Outcome:
+        try:
+            data = _loads(call)
+            arguments = snapshot_json(data["arguments"])
+            ctx = RemoteContext(data["call_id"], data["name"], arguments, data["scope"])
+            out = body(arguments, ctx)
+            if is_awaitable(out):
+                out = asyncio.run(_awaited(out))
+            return _read(data["name"], out), None
+        except (Exception, asyncio.CancelledError) as exc:
+            return _failure(exc)
+
+    return run_body
 
 
 async def _awaited(out: Any) -> Any:
     return await out
 
 
-async def _outcome(ray: Any, ref: Any) -> str:
-    """The task's JSON outcome; a Ray failure that is not the body's as a ``ToolError``."""
+def _read(name: str, out: Any) -> str:
+    """What the body returned, read as the pipeline reads it (``body_result``), as JSON.
+
+    A return the pipeline would reject raises the exception it would raise for it.
+    """
+    content: Any = None
+    meta: Any = None
+    try:
+        if out is None:
+            value: Any = None
+            content = ()
+        elif issubclass(type(out), ToolOutput):
+            value, content, meta = out.value, out.content, out.meta
+        elif is_content(out):
+            value, content = None, (out,)
+        elif only_content(out):
+            value, content = None, out
+        else:
+            value = out
+        value = checked_value(name, None, value)  # the schema is checked by the driver
+    except ToolOutputError:
+        raise
+    except Exception as exc:
+        raise output_error(name, message_of(exc)) from exc
+    try:
+        blocks = None if content is None else [_block(b) for b in frozen_blocks(content)]
+        meta = snapshot_json(meta)
+    except Exception:
+        if content is None:
+            rendered(name, value)  # the pipeline reports a value it cannot render first
+        raise Invalid("tool result must be losslessly JSON-serializable") from None
+    # The driver renders a value without content itself, as the pipeline does.
+    return json_text(FrozenDict(value=value, content=blocks, meta=meta))
+
+
+def _failure(exc: BaseException) -> Outcome:
+    """The body's failure: the pipeline's reading of it (message, code, type), and the
+    exception itself pickled, or ``None`` when it cannot be."""
+    from ray import cloudpickle
+
+    dumps: Callable[[object], bytes] = cloudpickle.dumps
+    error = from_exception(exc).error
+    assert error is not None
+    try:
+        pickled: bytes | None = dumps(exc)
+    except Exception:
+        pickled = None
+    return json_text(FrozenDict(error=error.message, code=error.code, type=error.type)), pickled
+
+
+# ---- on the driver --------------------------------------------------------------------
+
+
+async def _outcome(ray: Any, ref: Any) -> Outcome:
+    """The task's outcome; a failure of Ray's own as a ``ToolError`` without Ray's text."""
     exceptions = ray.exceptions
     try:
-        out: str = await ref
-    except exceptions.TaskCancelledError as exc:
-        raise ToolError(f"the Ray task running the tool was cancelled: {exc}",
+        out: Outcome = await ref
+    except exceptions.TaskCancelledError:
+        raise ToolError("the Ray task running the tool was cancelled",
                         code=REMOTE_CANCELLED) from None
     except (exceptions.WorkerCrashedError, exceptions.NodeDiedError,
-            exceptions.ActorDiedError, exceptions.LocalRayletDiedError) as exc:
-        raise ToolError(f"the Ray worker running the tool died: {type(exc).__name__}",
+            exceptions.ActorDiedError, exceptions.LocalRayletDiedError,
+            exceptions.OutOfMemoryError) as exc:
+        raise ToolError(f"the Ray worker running the tool died: {type_name(type(exc))}",
                         code=REMOTE_WORKER_DIED) from None
+    except exceptions.RayTaskError as exc:  # outside the body: the function did not load
+        raise _ray_failure(exc.cause) from None
+    except exceptions.RayError as exc:
+        raise _ray_failure(exc) from None
     return out
+
+
+def _ray_failure(exc: BaseException) -> ToolError:
+    # By its type alone: Ray's messages hold tracebacks, paths, pids and addresses.
+    return ToolError(f"the Ray task running the tool failed: {type_name(type(exc))}",
+                     code=REMOTE_FAILED)
 
 
 async def _ended(ref: Any) -> None:
     await ref
 
 
-def _decoded(text: str) -> Any:
-    data = json.loads(text)
+def _returned(outcome: Outcome) -> ToolOutput:
+    """The body's return for the driver's pipeline to check; its failure raised."""
+    text, pickled = outcome
+    data = _loads(text)
     if "error" in data:
-        error = ToolError(data["error"], code=data["code"])
-        raise error
-    if "output" in data:
-        output = data["output"]
-        content = output["content"]
-        return ToolOutput(value=output["value"], meta=output["meta"],
-                          content=None if content is None else _blocks(content))
-    return data["value"]
+        raise _raised(ErrorInfo(data["error"], data["code"], data["type"]), pickled)
+    content = data["content"]
+    return ToolOutput(value=data["value"], meta=data["meta"],
+                      content=None if content is None else [_content(b) for b in content])
 
 
-def _content(blocks: Any) -> Any:
-    if blocks is None:
-        return None
-    return [{"type": "text", "text": b.text} if b.type == "text"
-            else {"type": "image", "data": b.data, "mime_type": b.mime_type} for b in blocks]
+def _raised(error: ErrorInfo, pickled: bytes | None) -> BaseException:
+    """The body's exception, if it came back whole (the same result); else a stand-in."""
+    if pickled is not None:
+        try:
+            exc = pickle.loads(pickled)
+        except Exception:
+            exc = None
+        if isinstance(exc, BaseException) and from_exception(exc).error == error:
+            return exc
+    stand_in = ToolError(error.message)
+    stand_in.code = error.code  # type: ignore[assignment]  # None: it was not a ToolError
+    return stand_in
 
 
-def _blocks(data: list[Mapping[str, Any]]) -> list[Any]:
-    from ._model.results import ImageContent, TextContent
+# ---- the wire -------------------------------------------------------------------------
 
-    return [TextContent(b["text"]) if b["type"] == "text"
-            else ImageContent(b["data"], b["mime_type"]) for b in data]
+
+def _block(block: Content) -> dict[str, str]:
+    if type(block) is TextContent:
+        return {"type": "text", "text": block.text}
+    assert type(block) is ImageContent
+    return {"type": "image", "data": block.data, "mime_type": block.mime_type}
+
+
+def _content(data: Mapping[str, str]) -> Content:
+    if data["type"] == "text":
+        return TextContent(data["text"])
+    return ImageContent(data["data"], data["mime_type"])
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, with ints longer than the interpreter's digit limit too."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(text, parse_int=_int)
+
+
+def _int(digits: str) -> int:
+    try:
+        return int(digits)
+    except ValueError:  # past the digit limit: two halves, each under it eventually
+        half = len(digits) // 2
+        high, low = digits[:-half], digits[-half:]
+        scale: int = 10**half
+        return _int(high) * scale + (-1 if high.startswith("-") else 1) * _int(low)
 
 
 def _plain(scope: Any) -> Any:

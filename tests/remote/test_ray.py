@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,9 @@ import toolrail as tr
 from toolrail import remote
 
 ray = pytest.importorskip("ray", reason="the Ray tests need toolrail[ray]")
+
+# Ray's workers cannot import this module: what it defines travels by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,6 +58,76 @@ def fail(code: str) -> str:
 def crash() -> str:
     """Raise a plain exception."""
     raise KeyError("missing")
+
+
+class Odd(Exception):
+    """An exception that pickle rebuilds wrong: its ``args`` are not its ``__init__``'s."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(f"odd {n}")
+
+
+def raising(name: str, exception: Callable[[], BaseException]) -> tr.Tool:
+    def execute(arguments: Any, ctx: Any) -> Any:
+        raise exception()
+
+    return tr.Tool(name=name, description="Raise.", parameters={"type": "object"},
+                   execute=execute)
+
+
+def returning(name: str, value: Any, **fields: Any) -> tr.Tool:
+    async def execute(arguments: Any, ctx: Any) -> Any:
+        return value
+
+    return tr.Tool(name=name, description="Return a value.", parameters={"type": "object"},
+                   execute=execute, **fields)
+
+
+def locked() -> Exception:
+    exc = ValueError("holds a lock")
+    exc.lock = threading.Lock()  # type: ignore[attr-defined]  # pickle refuses it
+    return exc
+
+
+def odd() -> Exception:
+    return Odd(3)
+
+
+RETURNS = [
+    returning("a_set", {"when": {1, 2}}),
+    returning("bytes", b"raw"),
+    returning("nan", float("nan")),
+    returning("inf_deep", {"rows": [[1.0, math.inf]]}),
+    returning("an_object", object()),
+    returning("a_tuple_key", {(1, 2): "x"}),
+    returning("output_value", tr.ToolOutput(value={1})),
+    returning("output_meta", tr.ToolOutput(value=1, meta={"seen": {1}})),
+    returning("output_content", tr.ToolOutput(value=1, content=["not a block"])),  # type: ignore[list-item]
+    returning("too_long_to_print", 10**5000),
+    returning("schema", {"n": "one"}, output_schema={
+        "type": "object", "properties": {"n": {"type": "integer"}}}),
+    returning("a_block", tr.TextContent("one block")),
+    returning("blocks", [tr.TextContent("a"), tr.ImageContent("aGk=", "image/png")]),
+    returning("nothing", None),
+    returning("text", "plain text"),
+    returning("long_int", tr.ToolOutput(value=10**5000, content=[tr.TextContent("big")])),
+]
+
+RAISES = [
+    raising("key", lambda: KeyError("missing")),
+    raising("empty", ValueError),
+    raising("tool_error", lambda: tr.ToolError("quota", code="QUOTA")),
+    raising("output_error", lambda: tr.ToolOutputError("bad output")),
+    raising("cancelled", lambda: asyncio.CancelledError("inner")),
+]
+
+
+def assert_no_ray_text(result: tr.ToolResult) -> None:
+    """Nothing of Ray's reaches the model: no traceback, colour codes, pids or addresses."""
+    texts = [result.text] + ([] if result.error is None else [result.error.message])
+    for text in texts:
+        for mark in ("\x1b[", "pid=", "ip=", "Traceback", "ray::", 'File "'):
+            assert mark not in text, f"{mark!r} in {text!r}"
 
 
 @tr.tool
@@ -108,11 +184,79 @@ async def test_failures_on_the_worker_are_error_results_with_their_codes(
                                                 arguments={"code": "QUOTA"}))
     assert failed.error == tr.ErrorInfo("it failed on the worker", "QUOTA", "ToolError")
     crashed = await registry.execute(tr.ToolCall(call_id="b", name="crash"))
-    assert crashed.error == tr.ErrorInfo("KeyError: 'missing'", "TOOL_ERROR", "ToolError")
-    invalid = await registry.execute(tr.ToolCall(call_id="c", name="total",
-                                                 arguments={"items": "x", "meta": {}}))
-    assert invalid.error is not None
-    assert invalid.error.code == "INVALID_ARGS"
+    assert crashed.error == tr.ErrorInfo("'missing'", None, "KeyError")
+
+
+@pytest.mark.parametrize("tool", RETURNS, ids=lambda tool: tool.name)
+async def test_what_a_body_returns_is_judged_as_in_process(executor: remote.Ray,
+                                                           tool: tr.Tool) -> None:
+    here, there = await both(executor, tool)
+    assert (there.error, there.text, there.value, there.meta) == (
+        here.error, here.text, here.value, here.meta)
+    assert_no_ray_text(there)
+
+
+@pytest.mark.parametrize("tool", RAISES, ids=lambda tool: tool.name)
+async def test_an_exception_on_the_worker_is_the_in_process_result(executor: remote.Ray,
+                                                                   tool: tr.Tool) -> None:
+    here, there = await both(executor, tool)
+    assert there.error == here.error
+    assert there.text == here.text
+    assert_no_ray_text(there)
+
+
+async def test_an_exception_that_pickle_cannot_bring_back_keeps_its_message_and_code(
+        executor: remote.Ray) -> None:
+    for tool, message in ((raising("odd", odd), "odd 3"),
+                          (raising("locked", locked), "holds a lock")):
+        here, there = await both(executor, tool)
+        assert here.error is not None
+        assert there.error == tr.ErrorInfo(message, None, "ToolError")
+        assert (here.error.message, here.error.code) == (message, None)
+
+
+async def test_invalid_arguments_are_the_in_process_result(executor: remote.Ray) -> None:
+    here, there = await both(executor, total, {"items": "x", "meta": {}})
+    assert there.error == here.error
+    assert there.error is not None
+    assert there.error.type == "ToolArgsError"
+
+
+async def test_a_failure_of_rays_own_is_an_error_result_without_rays_text(
+        executor: remote.Ray) -> None:
+    # Ray cannot set the environment up: no conda, or no such environment.
+    broken = remote.Ray(runtime_env={"conda": "toolrail-no-such-environment"})
+    registry = tr.ToolRegistry()
+    registry.register(broken.tool(total))
+    result = await registry.execute(tr.ToolCall(call_id="r", name="total",
+                                                arguments={"items": [], "meta": {}}))
+    assert result.error == tr.ErrorInfo(
+        "the Ray task running the tool failed: RuntimeEnvSetupError", "REMOTE_FAILED",
+        "ToolError")
+    assert_no_ray_text(result)
+
+
+async def both(executor: remote.Ray, tool: tr.Tool,
+               arguments: Any = None) -> tuple[tr.ToolResult, tr.ToolResult]:
+    """The results of one call of ``tool``: in process, then on Ray."""
+    call = tr.ToolCall(call_id="c", name=tool.name, arguments=arguments or {})
+    local = tr.ToolRegistry()
+    local.register(tool)
+    return await local.execute(call), await registry_of(executor, tool).execute(call)
+
+
+@tr.tool
+def echo(text: str, n: int) -> dict[str, Any]:
+    """Return the text, and the bit length of n."""
+    return {"text": text, "bits": n.bit_length()}
+
+
+async def test_a_large_call_crosses_whole(executor: remote.Ray) -> None:
+    arguments = {"text": "é€😀" * 100_000, "n": 10**5000}  # 1 MB of UTF-8; 5 001 digits
+    here, there = await both(executor, echo, arguments)
+    assert there.error is None
+    assert tr.thaw(there.value) == tr.thaw(here.value) == {
+        "text": arguments["text"], "bits": (10**5000).bit_length()}
 
 
 async def test_an_explicit_tool_output_crosses_whole(executor: remote.Ray) -> None:
@@ -155,11 +299,19 @@ async def test_a_worker_that_dies_mid_call_is_an_error_result_not_a_hang(
     assert result.error == tr.ErrorInfo(
         "the Ray worker running the tool died: WorkerCrashedError", "REMOTE_WORKER_DIED",
         "ToolError")
+    assert_no_ray_text(result)
 
 
 def test_only_a_tool_can_run_on_ray(executor: remote.Ray) -> None:
     with pytest.raises(TypeError, match=r"Ray\.tool takes a Tool, got function"):
         executor.tool(lambda: None)  # type: ignore[arg-type]
+
+
+def test_a_body_ray_cannot_pickle_fails_at_registration(executor: remote.Ray) -> None:
+    tool = returning("locked", threading.Lock())
+    with pytest.raises(TypeError, match=r'^tool "locked": Ray cannot pickle its body: '
+                                        r"cannot pickle '_thread\.lock' object$"):
+        executor.tool(tool)
 
 
 def dataclass_replace(tool: tr.Tool, **fields: Any) -> tr.Tool:
