@@ -26,6 +26,9 @@ these.
   pids, addresses): a task stopped on the worker by anyone else is ``REMOTE_CANCELLED``;
   a worker, node or raylet that died mid-call is ``REMOTE_WORKER_DIED``; anything else
   Ray raises is ``REMOTE_FAILED``.
+- **A dead raylet.** A worker kills itself the moment its raylet dies (Linux), so its
+  call ends at once and no body keeps running; nothing of a call goes through Ray's
+  object store, whose loss would end the agent's process.
 - **The run context.** The body gets a ``RemoteContext``: the call's ``call_id``,
   ``name``, ``arguments`` and ``scope``, and a signal that never fires (Ray's
   cancellation stops the body instead). ``defer_context``, ``conclude_turn`` and
@@ -37,8 +40,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
+import os
 import pickle
+import select
+import signal
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -69,6 +77,10 @@ REMOTE_FAILED: Final = "REMOTE_FAILED"
 # What the Ray task returns: JSON text, and the body's exception pickled (or ``None``).
 Outcome = tuple[str, bytes | None]
 
+# Ray sends an argument of at most 100 KiB inside the task (max_direct_call_object_size),
+# up to 10 MiB in all (task_rpc_inlined_bytes_limit).
+_PIECE: Final = 64 * 1024
+
 
 class Ray:
     """Run tool bodies as Ray tasks on the cluster ``ray.init()`` connected to.
@@ -94,14 +106,15 @@ class Ray:
         except Exception as exc:
             raise TypeError(f'tool "{tool.name}": Ray cannot pickle its body: {exc}') from exc
         # The body travels inside the task's function, which Ray exports once through its
-        # control store and a worker loads once.
+        # control store and a worker loads once. Nothing goes through the object store: a
+        # driver that reads it after its raylet died is ended by Ray.
         task = ray.remote(_task(tool.execute)).options(**self._options)
 
         async def execute(arguments: Any, ctx: RunContext) -> Any:
             call = json_text(FrozenDict(call_id=ctx.call_id, name=ctx.name,
                                         arguments=arguments, scope=_plain(ctx.scope)))
             try:
-                ref = task.remote(call)
+                ref = task.remote(*_pieces(call))
             except Exception as exc:
                 raise _ray_failure(exc) from None
             try:
@@ -142,12 +155,13 @@ class RemoteContext:
 # ---- on the worker --------------------------------------------------------------------
 
 
-def _task(body: Any) -> Callable[[str], Outcome]:
+def _task(body: Any) -> Callable[..., Outcome]:
     """The Ray task of ``body``: run it on a call; what it returned, or how it failed."""
 
-    def run_body(call: str) -> Outcome:
+    def run_body(*pieces: bytes) -> Outcome:
+        _die_with_raylet()
         try:
-            data = _loads(call)
+            data = _loads(b"".join(pieces).decode())
             arguments = snapshot_json(data["arguments"])
             ctx = RemoteContext(data["call_id"], data["name"], arguments, data["scope"])
             out = body(arguments, ctx)
@@ -214,6 +228,32 @@ def _failure(exc: BaseException) -> Outcome:
     return json_text(FrozenDict(error=error.message, code=error.code, type=error.type)), pickled
 
 
+@functools.cache  # once per worker process
+def _die_with_raylet() -> None:
+    """Kill this worker the moment its raylet, its parent, dies (on Linux).
+
+    Ray would let the body run to its end, out of reach: the driver's ``ray.cancel``
+    needs the raylet. Killed, the worker ends its call at once, as a dead worker.
+    """
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/comm") as comm:
+            if comm.read().strip() != "raylet":
+                return
+        fd = os.pidfd_open(parent)
+    except (OSError, AttributeError):  # not Linux, or no pidfd: Ray's own shutdown applies
+        return
+    if os.getppid() != parent:  # it died before the pidfd was opened
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=_kill_on_exit, args=(fd,), name="toolrail-raylet-watch",
+                     daemon=True).start()
+
+
+def _kill_on_exit(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # readable once that process has exited
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 # ---- on the driver --------------------------------------------------------------------
 
 
@@ -273,6 +313,16 @@ def _raised(error: ErrorInfo, pickled: bytes | None) -> BaseException:
 
 
 # ---- the wire -------------------------------------------------------------------------
+
+
+def _pieces(call: str) -> list[bytes]:
+    """The call's text in pieces small enough that Ray sends them inside the task.
+
+    Ray puts a larger argument in the object store, and a driver that writes there after
+    its raylet died is ended by Ray.
+    """
+    data = call.encode()
+    return [data[i:i + _PIECE] for i in range(0, len(data), _PIECE)] or [b""]
 
 
 def _block(block: Content) -> dict[str, str]:
