@@ -314,3 +314,112 @@ async def test_a_worker_stopping_while_an_approval_waits_leaves_it_to_the_next_w
         batch = await asyncio.wait_for(running, WAIT)
     assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
     assert tools.ran == [("echo", {"x": 0}), ("delete", {"x": 1})]
+
+
+class Updates:
+    """A fake workflow handle: each update waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[Any], str | None]] = []
+        self.arrived = asyncio.Event()
+        self.released = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    async def execute_update(self, name: str, args: list[Any], id: str | None) -> None:
+        self.sent.append((name, args, id))
+        self.arrived.set()
+        await self.released.wait()
+        self.released.clear()
+        if self.failure is not None:
+            raise self.failure
+
+    async def next(self) -> None:
+        """Release the update in flight, and wait for the next one to be sent."""
+        self.arrived.clear()
+        self.released.set()
+        await asyncio.wait_for(self.arrived.wait(), 5)
+
+
+def fresh_record(updates: Updates) -> Any:
+    from toolrail.durable._temporal import _Groups, _TemporalRecord
+
+    state = {"records": {"mark": {}, "dispatch": {}, "result": {}}, "asked": [], "answers": {}}
+    return _TemporalRecord(_Groups(updates, 3, "1.3"), state)  # type: ignore[arg-type]
+
+
+async def test_records_asked_for_while_an_update_is_in_flight_go_together_in_the_next() -> None:
+    updates = Updates()
+    record = fresh_record(updates)
+    first = asyncio.ensure_future(record.mark(0))
+    await asyncio.wait_for(updates.arrived.wait(), 5)
+    await record.commit(7, {"text": "seven"})  # not waited for: queued behind the update
+    later = asyncio.gather(record.mark(1), record.dispatch(2, {"phase": "x"}))
+    await updates.next()
+    await asyncio.wait_for(first, 5)
+    assert not later.done()
+    updates.released.set()
+    await asyncio.wait_for(later, 5)
+    await asyncio.wait_for(record.groups.drain(), 5)
+    assert updates.sent == [
+        ("record_many", [[["mark", "0", True]], 3], "records/1.3/0"),
+        ("record_many", [[["result", "7", {"text": "seven"}], ["mark", "1", True],
+                          ["dispatch", "2", {"phase": "x"}]], 3], "records/1.3/1")]
+    assert (record.marked, record.dispatched, record.results) == (
+        {0, 1}, {2: {"phase": "x"}}, {7: {"text": "seven"}})
+
+
+async def test_a_superseded_attempts_group_cancels_its_waiters_and_drain_raises() -> None:
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.exceptions import ApplicationError
+
+    updates = Updates()
+    record = fresh_record(updates)
+    updates.failure = WorkflowUpdateFailedError(ApplicationError("attempt 3 was superseded"))
+    mark = asyncio.ensure_future(record.mark(0))
+    await asyncio.wait_for(updates.arrived.wait(), 5)
+    updates.released.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(mark, 5)
+    assert record.marked == set()
+    await record.commit(1, {"text": "one"})  # written no more: the attempt is over
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(record.groups.drain(), 5)
+    assert len(updates.sent) == 1
+
+
+async def test_the_records_of_a_step_of_parallel_calls_are_three_updates(
+        engine: Any, tools: Tools) -> None:
+    """The ten markers are one update, the ten dispatch outcomes one, the ten results one;
+    the step's first attempt claims nothing (there is nothing to read or fence off)."""
+    step_id = f"groups-{id(tools)}"
+    batch = await engine.run(step_id, calls(*["echo"] * 10))
+    assert [r.text for r in batch.results] == [f"echo {i}" for i in range(10)]
+    handle = engine.client.get_workflow_handle(f"{engine.name}:{step_id}")
+    history = await handle.fetch_history()
+    updates = [e.workflow_execution_update_accepted_event_attributes.accepted_request
+               for e in history.events
+               if e.HasField("workflow_execution_update_accepted_event_attributes")]
+    assert [u.input.name for u in updates] == ["record_many"] * 3
+    assert [u.meta.update_id for u in updates] == [f"records/1.1/{n}" for n in range(3)]
+    state = await handle.query("state")
+    assert {kind: sorted(state["records"][kind], key=int) for kind in state["records"]} == {
+        kind: [str(i) for i in range(10)] for kind in ("mark", "dispatch", "result")}
+
+
+async def test_an_attempt_superseded_mid_step_starts_no_body_and_the_next_attempt_finishes(
+        engine: Any, tools: Tools) -> None:
+    """A newer attempt's claim fences the running one off: its next marker is refused, so
+    it never starts the body, and the retry that claims the step runs it once."""
+    step_id = f"fenced-{id(tools)}"
+    running = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
+    (approval,) = await waiting(engine)
+    handle = engine.client.get_workflow_handle(f"{engine.name}:{step_id}")
+    await handle.execute_update("claim", args=[2])  # as a retry of the activity would
+    await engine.resume(approval.ticket, "allowed-once")
+    batch = await asyncio.wait_for(running, WAIT)
+    assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    assert tools.ran == [("echo", {"x": 0}), ("delete", {"x": 1})]
+    history = await handle.fetch_history()
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")]
+    assert attempts == [2]

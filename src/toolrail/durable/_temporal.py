@@ -3,10 +3,11 @@
 A step is a Temporal workflow (``_temporal_workflow.Step``) whose ID is
 ``"<name>:<step_id>"``. The workflow holds the step's record and runs one activity,
 ``toolrail.step.<name>``: the scheduler's own driver over the registry, as on DBOS,
-recording through the workflow's updates. The activity heartbeats from a thread of its
-own, so that a body blocking the event loop does not read as a dead worker; when its
-worker dies, Temporal retries it on a live worker after ``HEARTBEAT``, and the retry
-reads the record back through the workflow's query and resumes the step (``_journal``).
+recording through the workflow's updates, in groups (``_Groups``). The activity
+heartbeats from a thread of its own, so that a body blocking the event loop does not
+read as a dead worker; when its worker dies, Temporal retries it on a live worker after
+``HEARTBEAT``, and the retry reads the record back (the workflow's ``claim``) and
+resumes the step (``_journal``).
 
 An approval is recorded in the workflow and listed in its memo; a person's answer is a
 signal, which the server stores with no worker running. ``resume`` reads the memo, and
@@ -107,11 +108,11 @@ class Temporal:
 
         @activity.defn(name=f"toolrail.step.{self.name}")
         async def step(workflow_id: str, step_id: str, calls: list[Data], max_parallel: int,
-                       cancelled: bool) -> Data:
+                       cancelled: bool, fresh: bool = False) -> Data:
             assert worker is not None
             with _heartbeating(worker):
                 return await self._activity(workflow_id, step_id, calls, max_parallel,
-                                            cancelled)
+                                            cancelled, fresh)
 
         options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(
@@ -230,12 +231,30 @@ class Temporal:
             raise withdrawn(ticket)  # its step ended without taking an answer in
 
     async def _activity(self, workflow_id: str, step_id: str, calls: list[Data],
-                        max_parallel: int, cancelled: bool) -> Data:
-        """The step, in its activity: the driver over the record the workflow holds."""
+                        max_parallel: int, cancelled: bool, fresh: bool) -> Data:
+        """The step, in its activity: the driver over the record the workflow holds. The
+        step's first attempt (``fresh``) has nothing to read and no attempt before it to
+        fence off, so it does not claim the step."""
         handle = self.client.get_workflow_handle(workflow_id)
-        attempt = activity.info().attempt
-        state = await _execute_update(handle, "claim", [attempt])
-        record = _TemporalRecord(handle, state, attempt)
+        info = activity.info()
+        groups = _Groups(handle, info.attempt, f"{info.activity_id}.{info.attempt}")
+        try:
+            if fresh and info.attempt == 1:
+                state: Data = {"records": {kind: {} for kind in KINDS}, "asked": [],
+                               "answers": {}}
+            else:
+                state = await groups.update("claim", [info.attempt])
+            record = _TemporalRecord(groups, state)
+            batch = await self._driven(record, step_id, workflow_id, calls, max_parallel,
+                                       cancelled)
+        finally:
+            await groups.close()  # an attempt that ends early records nothing more
+        return {"calls": calls_digest(calls), "batch": batch_to_data(batch)}
+
+    async def _driven(self, record: _TemporalRecord, step_id: str, workflow_id: str,
+                      calls: list[Data], max_parallel: int, cancelled: bool) -> Batch:
+        """The step's batch: the scheduler's driver run over ``record``, once every
+        record it asked for is written."""
         listed = [call_from_data(d) for d in calls]
         core = self.registry._core
         journal = StepJournal(core, step_id, workflow_id, record, self.idempotent,
@@ -243,8 +262,13 @@ class Temporal:
         driver = journal.make_driver(listed, [c.scope for c in listed], max_parallel, None)
         if cancelled:  # cancelled before this activity started
             driver.cancel("the step was cancelled")
+
+        async def drive() -> None:
+            await driver.run()
+            await record.groups.drain()
+
         with core.approving(journal.approve):  # the context the driver's task copies
-            running = asyncio.ensure_future(driver.run())
+            running = asyncio.ensure_future(drive())
         while True:
             try:
                 await asyncio.shield(running)
@@ -261,7 +285,7 @@ class Temporal:
                     raise
                 # the step was cancelled: its batch signal, as registry.run's would
                 driver.cancel("the step was cancelled")
-        return {"calls": calls_digest(calls), "batch": batch_to_data(driver.final())}
+        return driver.final()
 
 
 @contextlib.contextmanager
@@ -354,15 +378,100 @@ def _other_calls(step_id: str) -> ValueError:
     return ValueError(f"step {step_id!r} was already run with other calls")
 
 
-class _TemporalRecord(Record):
-    """A step's record in its Temporal workflow: updates to write, a query to read."""
+class _Groups:
+    """The records of one activity attempt on their way to the step's workflow, written
+    in groups, as ``_DBOSRecord`` writes its DBOS steps: each ``record_many`` update holds
+    the records asked for while the one before it was under way (the ten markers of ten
+    parallel calls are one update). The step's record and its programs' share it.
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], state: Data, attempt: int,
-                 prefix: str = "") -> None:
-        super().__init__()
+    Each group's update ID is the attempt's (its activity's ID and attempt number) and
+    the group's number in it, so a retried update is a no-op; the workflow applies each
+    record once (``setdefault``) and refuses a superseded attempt's."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any], attempt: int, tag: str) -> None:
         self.handle = handle
-        self.state = state
         self.attempt = attempt
+        self._tag = tag
+        self._sent = 0  # groups written so far: the next one's number
+        self._queue: list[list[Any]] = []  # records asked for since the last write began
+        self._group: asyncio.Future[None] | None = None  # the update of those
+        self._writing: asyncio.Future[None] | None = None  # the task writing, if any
+        self._failed: BaseException | None = None
+
+    async def wait(self, kind: str, key: str, data: Any) -> None:
+        """Record ``[kind, key, data]``, and return once the workflow holds it."""
+        await asyncio.shield(self.write(kind, key, data))
+
+    def write(self, kind: str, key: str, data: Any) -> asyncio.Future[None]:
+        """Queue ``[kind, key, data]`` for the next group: the future of its update."""
+        self._queue.append([kind, key, data])
+        group = self._group
+        if group is None:
+            group = self._group = asyncio.get_running_loop().create_future()
+            group.add_done_callback(_retrieved)
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.ensure_future(self._flush())
+        return group
+
+    async def _flush(self) -> None:
+        """Write what is queued, one update at a time, until nothing is."""
+        await asyncio.sleep(0)  # the calls that start with this one join its update
+        while (group := self._group) is not None:
+            entries, self._queue, self._group = self._queue, [], None
+            if self._failed is None:
+                try:
+                    await _execute_update(self.handle, "record_many",
+                                          [entries, self.attempt],
+                                          f"records/{self._tag}/{self._sent}")
+                except Exception as exc:
+                    self._failed = asyncio.CancelledError() if _cancels(exc) else exc
+                except BaseException:
+                    group.cancel()
+                    raise
+                self._sent += 1
+            if self._failed is None:
+                group.set_result(None)
+            elif isinstance(self._failed, asyncio.CancelledError):
+                group.cancel()  # its waiters' calls end as cancelled
+            else:
+                group.set_exception(self._failed)
+
+    async def drain(self) -> None:
+        """Return once every record asked for is held by the workflow; raise if one could
+        not be written."""
+        while self._writing is not None and not self._writing.done():
+            await asyncio.shield(self._writing)
+        if self._failed is not None:
+            raise self._failed
+
+    async def close(self) -> None:
+        """Stop writing: what is not written yet never will be."""
+        if self._writing is not None and not self._writing.done():
+            self._writing.cancel()
+            await asyncio.wait([self._writing])
+
+    async def update(self, name: str, args: list[Any], update_id: str | None = None) -> Any:
+        """A workflow update; a cancelled one, or one the workflow refused because a newer
+        attempt took the step over, as the cancellation it is (so that the pipeline
+        records nothing of it)."""
+        try:
+            return await _execute_update(self.handle, name, args, update_id)
+        except Exception as exc:
+            if _cancels(exc):
+                raise asyncio.CancelledError from None
+            raise
+
+
+class _TemporalRecord(Record):
+    """A step's record in its Temporal workflow: updates to write, a query to read.
+
+    The marker and the dispatch outcome are waited for; the result is not (``commit``).
+    The activity drains the groups before it returns."""
+
+    def __init__(self, groups: _Groups, state: Data, prefix: str = "") -> None:
+        super().__init__()
+        self.groups = groups
+        self.state = state
         self.prefix = prefix  # "" for the step's calls; "<i>." for call i's program's
         records = state["records"]
         self.approvals = {int(i): a for i, a in state["answers"].items()}
@@ -383,49 +492,48 @@ class _TemporalRecord(Record):
 
     def program(self, index: int) -> Record:
         state = {"records": self.state["records"], "asked": [], "answers": {}}
-        return _TemporalRecord(self.handle, state, self.attempt, f"{self.prefix}{index}.")
+        return _TemporalRecord(self.groups, state, f"{self.prefix}{index}.")
 
     async def ask(self, index: int, request: Data) -> Data:
         key = str(index)
-        await self._update("record", ["ask", key, request, self.attempt], f"ask/{key}")
+        groups = self.groups
+        await groups.update("record", ["ask", key, request, groups.attempt], f"ask/{key}")
         # the answer to the request as first asked: its digest is the one shown
-        answer: Data = await self._update("answer_of", [key])
+        answer: Data = await groups.update("answer_of", [key])
         self.approvals[index] = answer
         return answer
 
     async def withdraw(self, index: int) -> None:
         key = f"{self.prefix}{index}"
-        await self._update("withdraw", [key], f"withdraw/{key}")
+        await self.groups.update("withdraw", [key], f"withdraw/{key}")
 
     async def mark(self, index: int) -> None:
-        await self._record(KINDS[0], index, True)
+        await self.groups.wait(KINDS[0], f"{self.prefix}{index}", True)
         self.marked.add(index)
 
     async def dispatch(self, index: int, outcome: Data) -> None:
-        await self._record(KINDS[1], index, outcome)
+        await self.groups.wait(KINDS[1], f"{self.prefix}{index}", outcome)
         self.dispatched[index] = outcome
 
     async def commit(self, index: int, result: Data) -> None:
-        await self._record(KINDS[2], index, result)
+        # Not waited for: nothing depends on it but a rerun's replay, and the observers
+        # have seen the result already (an attempt that dies before it is written
+        # notifies them again: durable.md's at-least-once). It joins the next group.
+        self.groups.write(KINDS[2], f"{self.prefix}{index}", result)
         self.results[index] = result
 
-    async def _record(self, kind: str, index: int, data: Any) -> None:
-        key = f"{self.prefix}{index}"
-        # the update's ID makes a retried record a no-op, as the workflow's setdefault does
-        await self._update("record", [kind, key, data, self.attempt], f"{kind}/{key}")
 
-    async def _update(self, name: str, args: list[Any], update_id: str | None = None) -> Any:
-        """A workflow update; a cancelled one, or one the workflow refused because a newer
-        attempt took the step over, as the cancellation it is (so that the pipeline
-        records nothing of it)."""
-        try:
-            return await _execute_update(self.handle, name, args, update_id)
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise asyncio.CancelledError from None
-        except WorkflowUpdateFailedError as exc:
-            if "was superseded" in str(exc.cause):
-                raise asyncio.CancelledError from None
-            raise
+def _cancels(exc: Exception) -> bool:
+    """Whether a failed update is a cancellation: cancelled itself, or refused because a
+    newer attempt took the step over."""
+    return isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError) or (
+        isinstance(exc, WorkflowUpdateFailedError) and "was superseded" in str(exc.cause))
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """A group's update that failed is raised by ``drain``: nobody else need look."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _attempt_over() -> bool:

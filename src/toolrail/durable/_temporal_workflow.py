@@ -45,10 +45,13 @@ class Step:
     @workflow.run
     async def run(self, engine: str, step_id: str, calls: list[Any],
                   max_parallel: int) -> dict[str, Any]:
+        fresh = True
         while True:
+            # the first activity's first attempt finds the record empty, with no attempt
+            # before it to fence off: it skips the claim (``fresh``)
             self.activity = workflow.start_activity(
                 f"toolrail.step.{engine}", args=[workflow.info().workflow_id, step_id, calls,
-                                                 max_parallel, self.cancelled],
+                                                 max_parallel, self.cancelled, fresh],
                 start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=HEARTBEAT,
                 retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
                                          maximum_interval=timedelta(seconds=5)),
@@ -61,6 +64,7 @@ class Step:
                 # every call as cancelled (a step's batch always has its results).
                 if not (self.cancelled and isinstance(exc.cause, CancelledError)):
                     raise
+                fresh = False
 
     @workflow.update
     def claim(self, attempt: int) -> dict[str, Any]:
@@ -72,7 +76,9 @@ class Step:
 
     @workflow.update
     def record(self, kind: str, index: str, data: Any, attempt: int) -> Any:
-        """Record ``data`` once; an approval request returns the one first asked."""
+        """Record ``data`` once; an approval request returns the one first asked. (The
+        activity records its markers, dispatch outcomes and results with ``record_many``;
+        histories written before it still replay through this.)"""
         if kind == "ask":
             first = self.asked.setdefault(index, data)
             self._publish()
@@ -84,6 +90,20 @@ class Step:
     def _current(self, kind: str, index: str, data: Any, attempt: int) -> None:
         """Refuse an older attempt's records. A refusal, unlike a failed update, is not
         kept: a newer attempt's record with the same update ID is not answered with it."""
+        self._refuse_superseded(attempt)
+
+    @workflow.update
+    def record_many(self, entries: list[list[Any]], attempt: int) -> None:
+        """Record each ``[kind, index, data]`` of ``entries`` once, as ``record`` does:
+        the records an attempt asked for while its previous group was being written."""
+        for kind, index, data in entries:
+            self.records[kind].setdefault(index, data)
+
+    @record_many.validator
+    def _current_many(self, entries: list[list[Any]], attempt: int) -> None:
+        self._refuse_superseded(attempt)
+
+    def _refuse_superseded(self, attempt: int) -> None:
         if attempt < self.attempt:
             raise ApplicationError(f"attempt {attempt} was superseded", non_retryable=True)
 
