@@ -414,7 +414,9 @@ class _Groups:
         return group
 
     async def _flush(self) -> None:
-        """Write what is queued, one update at a time, until nothing is."""
+        """Write what is queued, one update at a time, until nothing is. After an update
+        fails, nothing more is sent: the attempt fails at ``drain``, and a retry resumes
+        the step from what the workflow holds."""
         await asyncio.sleep(0)  # the calls that start with this one join its update
         while (group := self._group) is not None:
             entries, self._queue, self._group = self._queue, [], None
@@ -463,7 +465,8 @@ class _Groups:
 
 
 class _TemporalRecord(Record):
-    """A step's record in its Temporal workflow: updates to write, a query to read.
+    """A step's record in its Temporal workflow, written through ``_Groups`` and read
+    back, by a retry, from the ``claim`` update.
 
     The marker and the dispatch outcome are waited for; the result is not (``commit``).
     The activity drains the groups before it returns."""
