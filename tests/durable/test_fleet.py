@@ -48,7 +48,8 @@ from durable_fixtures.fleet import (
 FLEET = Path(__file__).parent.parent / "durable_fixtures" / "fleet.py"
 AGENTS = 3
 STEPS = 200
-CHAOS_UNTIL = 0.6  # the share of steps done when the kills stop,
+CHAOS_UNTIL = 0.6  # the share of steps done when the kills stop, once there were
+MIN_KILLS = 10  # at least these (a fast machine does 60% in a few seconds),
 CHAOS_MAX = 30.0  # or the seconds after which they stop
 FINISH = 150.0  # s for the fleet to end once the kills stop: a bound for a hang
 # DBOS's takeover_after: a killed agent is taken over at once anyway (its pid is gone
@@ -118,14 +119,17 @@ class Fleet:
             env["TOOLRAIL_TEST_EXECUTOR"] = "fleet-slot-0"
         self.processes[slot] = self._spawn(str(slot), f"agent-{slot}-{run}", **env)
 
-    def kill(self, slot: int) -> None:
+    def kill(self, slot: int) -> bool:
+        """``kill -9`` the agent in ``slot``; ``False`` if it had finished first."""
         process = self.processes[slot]
         process.send_signal(signal.SIGKILL)
-        self.killed[process.pid] = time.time()
-        process.wait()
+        when = time.time()
+        if process.wait() != -signal.SIGKILL:
+            return False
+        self.killed[process.pid] = when
         with (self.workdir / "kills.jsonl").open("a") as f:  # for a failure's reader
-            f.write(json.dumps({"slot": slot, "pid": process.pid,
-                                "t": self.killed[process.pid]}) + "\n")
+            f.write(json.dumps({"slot": slot, "pid": process.pid, "t": when}) + "\n")
+        return True
 
     def start_person(self) -> None:
         self.person = self._spawn("approver", "approver")
@@ -154,6 +158,10 @@ class Fleet:
 
     def stderr(self, slot: int) -> str:
         return (self.workdir / f"agent-{slot}-{self.runs[slot]}.err").read_text()[-3000:]
+
+    def running(self) -> bool:
+        """Whether no agent has finished (one that has is not killed: it ran nothing)."""
+        return all(process.poll() is None for process in self.processes.values())
 
     def launched(self, slot: int) -> bool:
         out = self.workdir / f"agent-{slot}-{self.runs[slot]}.out"
@@ -193,11 +201,13 @@ def test_a_fleet_killed_at_random_finishes_every_step_once_with_every_answer_acc
         # the kills start once steps are running, and stop once most are done
         wait_until(lambda: fleet.done() >= 5, 60, lambda: "the first steps", fleet.check)
         chaos = time.monotonic()
-        while fleet.done() < CHAOS_UNTIL * STEPS and time.monotonic() - chaos < CHAOS_MAX:
+        while ((fleet.done() < CHAOS_UNTIL * STEPS or len(fleet.killed) < MIN_KILLS)
+               and time.monotonic() - chaos < CHAOS_MAX and fleet.running()):
             time.sleep(rng.uniform(0.2, 1.0))  # the chaos, not a synchronization
             fleet.check()
             slot = rng.randrange(AGENTS)
-            fleet.kill(slot)
+            if not fleet.kill(slot):
+                break
             time.sleep(rng.uniform(0, 0.3))
             fleet.start(slot)
         chaos = time.monotonic() - chaos
