@@ -408,3 +408,41 @@ async def test_resume_checks_its_arguments(engine: durable.DBOS) -> None:
         await engine.resume("unit:s/0", "maybe")
     with pytest.raises(KeyError):
         await engine.resume("unit:s/0", "allowed-once")
+
+
+class _LostStep:
+    """A DBOS step whose write fails once ``written`` is set: the step is owned by
+    another process now (DBOS raises ``DBOSWorkflowConflictIDError``, a BaseException)."""
+
+    def __init__(self, writing: asyncio.Event, fail: asyncio.Event) -> None:
+        self.writing = writing
+        self.fail = fail
+
+    async def run_async(self, *args: Any) -> None:
+        from dbos._error import DBOSWorkflowConflictIDError
+
+        self.writing.set()
+        await self.fail.wait()
+        raise DBOSWorkflowConflictIDError("unit:s")
+
+
+async def test_a_failed_record_write_fails_what_was_queued_behind_it_and_everything_after(
+        ) -> None:
+    from dbos._error import DBOSWorkflowConflictIDError
+
+    from toolrail.durable import _dbos
+
+    writing, fail = asyncio.Event(), asyncio.Event()
+    record = _dbos._DBOSRecord("unit:s")
+    record._next_step = lambda: _LostStep(writing, fail)  # type: ignore[method-assign]
+    await record.commit(2, {"content": []})  # not waited for: its write starts
+    await writing.wait()
+    marker = asyncio.ensure_future(record.mark(3))  # queued behind the write under way
+    await asyncio.sleep(0)
+    fail.set()
+    with pytest.raises(DBOSWorkflowConflictIDError):
+        await marker  # never left waiting for a write that will not come
+    with pytest.raises(DBOSWorkflowConflictIDError):
+        await record.dispatch(4, {})  # nothing more is written
+    with pytest.raises(DBOSWorkflowConflictIDError):
+        await record.drain()

@@ -58,3 +58,40 @@ async def test_another_process_answers_an_approval_on_the_same_database(
         batch = await asyncio.wait_for(step, WAIT)
     assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
     assert ("delete", {"x": 1}) in tools.ran
+
+
+def test_agents_opening_a_new_database_at_once_all_open_it(postgres_database: str) -> None:
+    """toolrail's tables are created by whichever process opens the database first;
+    CREATE TABLE IF NOT EXISTS races with itself on Postgres, so it is done under an
+    advisory lock. Six connections at once, behind a barrier, on a new database."""
+    import threading
+
+    from toolrail.durable._liveness import connect
+
+    barrier = threading.Barrier(6)
+    failures: list[BaseException] = []
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            connect(postgres_database).dispose()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+async def test_the_inbox_of_a_database_no_agent_has_opened_is_empty(
+        postgres_database: str) -> None:
+    approvals = durable.Approvals(postgres_database, prefix="unit:")
+    try:
+        assert await approvals.pending(history=True) == []
+        with pytest.raises(KeyError):
+            await approvals.resume("unit:s/0", "allowed-once")
+    finally:
+        approvals.close()

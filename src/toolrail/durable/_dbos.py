@@ -550,31 +550,42 @@ class _DBOSRecord(Record):
 
     def _write(self, kind: str, index: int, data: Any) -> asyncio.Future[None]:
         """Queue ``[kind, index, data]`` for the next DBOS step this record writes: the
-        future of that step's commit."""
-        self._queue.append([kind, index, data])
+        future of that step's commit (failed at once once a write has failed: the
+        record writes nothing more)."""
         group = self._group
         if group is None:
             group = self._group = asyncio.get_running_loop().create_future()
             group.add_done_callback(_retrieved)
+        if self._failed is not None:
+            self._group = None
+            group.set_exception(self._failed)
+            return group
+        self._queue.append([kind, index, data])
         if self._writing is None or self._writing.done():
             self._writing = asyncio.ensure_future(self._flush())
         return group
 
     async def _flush(self) -> None:
         """Write what is queued, one DBOS step at a time, until nothing is: whatever is
-        queued while a write is under way goes into the next one together."""
+        queued while a write is under way goes into the next one together. A write that
+        fails (the database is gone; DBOS says another process owns the step now) fails
+        its group and everything queued after it: nothing waits for a write that will
+        not come."""
         await asyncio.sleep(0)  # the calls that start with this one join its write
         while (group := self._group) is not None:
             entries, self._queue, self._group = self._queue, [], None
             try:
                 await self._next_step().run_async(None, _identity, entries)
             except BaseException as exc:
-                self._failed = self._failed or exc
+                self._failed = exc
                 group.set_exception(exc)
-                if not isinstance(exc, Exception):
+                if (queued := self._group) is not None:
+                    self._queue, self._group = [], None
+                    queued.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
                     raise
-            else:
-                group.set_result(None)
+                return  # ``drain`` raises it
+            group.set_result(None)
 
     async def drain(self) -> None:
         """Return once every record asked for is committed; raise if one could not be."""

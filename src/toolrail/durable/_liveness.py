@@ -7,7 +7,8 @@ operator, deciding that an executor is dead, is this module's one job:
 
 - each process keeps a row in ``toolrail_executors`` fresh (its ``beat``, the database's
   clock) from a thread of its own, so a body that blocks the event loop does not look
-  like a dead process;
+  like a dead process (and a second thread does the takeovers below, so that they do
+  not delay the beat);
 - every ``beat`` interval (and once at launch) each process looks for the dead: rows
   older than ``takeover_after``, or of a process of this host that is gone; the one whose
   conditional update claims such a row (its ``beat`` unchanged since it was read:
@@ -40,6 +41,7 @@ __all__ = ["Liveness", "connect"]
 _log = logging.getLogger("toolrail.durable")
 
 TABLE: Final = "toolrail_executors"
+_SCHEMA_LOCK: Final = 0x746F6F6C7261696C  # "toolrail": the advisory lock of its schema
 _SCHEMA: Final = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (executor_id TEXT PRIMARY KEY, "
     "host TEXT NOT NULL, pid INTEGER NOT NULL, beat DOUBLE PRECISION NOT NULL, taker TEXT)",
@@ -62,6 +64,11 @@ def connect(database: str, engine: Any = None) -> Any:
         engine = sa.create_engine(url, pool_pre_ping=True)
     try:
         with engine.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                # CREATE TABLE IF NOT EXISTS races with itself on Postgres (processes
+                # launching at once on a new database): one at a time
+                connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
+                                   {"key": _SCHEMA_LOCK})
             for statement in _SCHEMA:
                 connection.execute(sa.text(statement))
     except sa.exc.SQLAlchemyError as exc:
@@ -93,7 +100,7 @@ class Liveness:
         self._host = socket.gethostname()
         self._now = _now(engine)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def claim(self) -> None:
         """Write this process's row. A given ``executor_id`` that a live process holds is
@@ -119,17 +126,24 @@ class Liveness:
                 {"id": self.executor_id, "host": self._host, "pid": os.getpid()})
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="toolrail-liveness",
-                                        daemon=True)
-        self._thread.start()
+        """Beat from one thread, look for the dead from another: a long takeover (DBOS
+        re-enqueues a dead process's steps one by one) never delays this process's
+        beat."""
+        self._threads = [
+            threading.Thread(target=self._every, args=(self.beat,), daemon=True,
+                             name="toolrail-liveness"),
+            threading.Thread(target=self._every, args=(self.take_over,), daemon=True,
+                             name="toolrail-takeover")]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         """Stop beating, and leave the row stale at once: a step this process leaves
         unfinished is taken over by a live process without the usual wait (or by this
         slot's next launch, for a given ``executor_id``)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        for thread in self._threads:
+            thread.join()
         try:
             with self.engine.begin() as connection:
                 connection.execute(sa.text(f"UPDATE {TABLE} SET beat = 0 "
@@ -139,11 +153,10 @@ class Liveness:
             _log.warning("toolrail: could not mark executor %s stopped", self.executor_id)
         self.engine.dispose()
 
-    def _run(self) -> None:
+    def _every(self, work: Callable[[], object]) -> None:
         while not self._stop.wait(self.every):
             try:
-                self.beat()
-                self.take_over()
+                work()
             except Exception as exc:  # the database is away, DBOS not launched yet: again
                 _log.warning("toolrail: liveness of executor %s: %s", self.executor_id, exc)
 
