@@ -67,6 +67,7 @@ T = TypeVar("T")
 _STEP: Final = "toolrail.step"
 _VERSION: Final = "toolrail-durable-2"  # the record's layout: DBOS recovers only this version
 _PROGRAM: Final = "toolrail.program"  # the prefix of a program's records (events)
+_LAZY: Final = 0.05  # s a committed result waits for a write to join (``commit``)
 _POLL: Final = 0.05  # s between polls of DBOS's internal queue (private: dbos<3.5)
 TAKEOVER_AFTER: Final = 15.0  # s without a sign of life before a process's steps move
 
@@ -474,6 +475,8 @@ class _DBOSRecord(Record):
         self._group: asyncio.Future[None] | None = None  # the commit of those
         self._writing: asyncio.Future[None] | None = None  # the task writing, if any
         self._failed: BaseException | None = None
+        self._lazy: list[list[Any]] = []  # results not written yet (``commit``)
+        self._timer: asyncio.TimerHandle | None = None  # when they are, at the latest
 
     @classmethod
     async def open(cls, workflow_id: str, calls: list[Data], fresh: bool) -> _DBOSRecord:
@@ -514,6 +517,7 @@ class _DBOSRecord(Record):
 
     async def ask(self, index: int, request: Data) -> Data:
         ticket = request["ticket"]
+        self.flush_lazy()  # the results committed before a wait of hours are recorded
         # the request as it was first asked (an earlier process's, when this one asks
         # again): its digest is the one the person saw
         first, _ = await asyncio.to_thread(ask_ticket, _launched.tables(), request)
@@ -536,12 +540,23 @@ class _DBOSRecord(Record):
         await self._wait("dispatch", index, outcome)
 
     async def commit(self, index: int, result: Data) -> None:
-        # Not waited for: nothing depends on it but a rerun's replay, and the observers
-        # have seen the result already (a process that dies before it is written
-        # notifies them again: durable.md's at-least-once). It joins the next write,
-        # with the next call's marker; ``drain`` waits for it before the step ends.
-        self._write("result", index, result)
+        # Not waited for, nor written at once: nothing depends on it but a rerun's
+        # replay, and the observers have seen the result already (a process that dies
+        # before it is written notifies them again: durable.md's at-least-once). It
+        # joins the next write (the next call's marker, say), or is written _LAZY s
+        # later, or before the step parks on an approval; a step that ends first does
+        # not write it at all: the step's output holds every result.
+        self._lazy.append(["result", index, result])
         self.results[index] = result
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_LAZY, self.flush_lazy)
+
+    def flush_lazy(self) -> None:
+        """Write the results that wait for a write of their own."""
+        self._timer = None
+        if self._lazy:
+            kind, index, data = self._lazy.pop()
+            self._write(kind, index, data)  # the others ride along
 
     async def _wait(self, kind: str, index: int, data: Any) -> None:
         """Record ``[kind, index, data]``, and return once it is committed."""
@@ -560,6 +575,11 @@ class _DBOSRecord(Record):
             self._group = None
             group.set_exception(self._failed)
             return group
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._queue += self._lazy  # results ride along with any write
+        self._lazy = []
         self._queue.append([kind, index, data])
         if self._writing is None or self._writing.done():
             self._writing = asyncio.ensure_future(self._flush())
@@ -588,7 +608,12 @@ class _DBOSRecord(Record):
             group.set_result(None)
 
     async def drain(self) -> None:
-        """Return once every record asked for is committed; raise if one could not be."""
+        """Return once every record asked for is committed; raise if one could not be.
+        The step ends after this: its results not written yet are left to its output."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._lazy = []
         while self._writing is not None and not self._writing.done():
             await asyncio.shield(self._writing)
         if self._failed is not None:
