@@ -118,12 +118,16 @@ class Liveness:
                         f"executor_id={self.executor_id!r} is held by a live agent process "
                         f"(pid {pid} on {host}, seen {max(age, 0.0):.1f} s ago): give each "
                         "process its own executor_id, or none for a unique one")
-                connection.execute(sa.text(f"DELETE FROM {TABLE} WHERE executor_id = :id"),
-                                   {"id": self.executor_id})
-            connection.execute(
-                sa.text(f"INSERT INTO {TABLE} (executor_id, host, pid, beat) "
-                        f"VALUES (:id, :host, :pid, {self._now})"),
-                {"id": self.executor_id, "host": self._host, "pid": os.getpid()})
+            self._enter(connection)
+
+    def _enter(self, connection: Any) -> None:
+        """(Re)write this process's row, beaten now."""
+        connection.execute(sa.text(f"DELETE FROM {TABLE} WHERE executor_id = :id"),
+                           {"id": self.executor_id})
+        connection.execute(
+            sa.text(f"INSERT INTO {TABLE} (executor_id, host, pid, beat) "
+                    f"VALUES (:id, :host, :pid, {self._now})"),
+            {"id": self.executor_id, "host": self._host, "pid": os.getpid()})
 
     def start(self) -> None:
         """Beat from one thread, look for the dead from another: a long takeover (DBOS
@@ -171,12 +175,7 @@ class Liveness:
                     "toolrail: executor %s was taken over while this process lived (it "
                     "was not seen for %.1f s): its steps may now run elsewhere too",
                     self.executor_id, self.takeover_after)
-                connection.execute(sa.text(f"DELETE FROM {TABLE} WHERE executor_id = :id"),
-                                   {"id": self.executor_id})
-                connection.execute(
-                    sa.text(f"INSERT INTO {TABLE} (executor_id, host, pid, beat) "
-                            f"VALUES (:id, :host, :pid, {self._now})"),
-                    {"id": self.executor_id, "host": self._host, "pid": os.getpid()})
+                self._enter(connection)
 
     def take_over(self) -> list[str]:
         """Claim and recover every executor that is dead: not seen for
