@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import toolrail as tr
-from durable_helpers import WAIT, Tools, calls
+from durable_helpers import WAIT, Engine, Tools, calls, lines, texts
 from toolrail import durable
 
 pytestmark = pytest.mark.timeout(60)
@@ -118,8 +122,9 @@ async def test_resume_refuses_unknown_tickets_with_key_error_and_bad_arguments(
 async def test_a_second_answer_with_no_worker_running_is_refused_and_the_first_recorded(
         tools: Tools, temporal_server: str) -> None:
     """With no worker, the workflow has not taken the first answer in (its memo still
-    says waiting): the second is refused from the history's signal, and the first, with
-    who gave it and when, is what the step runs and what the record and inbox hold."""
+    says waiting): the second is refused by its answer's workflow, which started once, and
+    the first, with who gave it and when, is what the step runs and what the record and
+    inbox hold."""
     seen: list[Any] = []
     tools.registry.on_result(lambda execution, result: seen.append(durable.answer(execution)))
     engine = await make(tools, temporal_server)
@@ -423,3 +428,129 @@ async def test_an_attempt_superseded_mid_step_starts_no_body_and_the_next_attemp
     attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
                 if e.HasField("activity_task_started_event_attributes")]
     assert attempts == [2]
+
+
+async def test_a_second_answer_is_refused_while_a_stopped_worker_holds_the_steps_task(
+        temporal_server: str, tmp_path: Path) -> None:
+    """An agent stopped holding the step's workflow task (as one killed holding it, until
+    the task times out): the server buffers what the step is sent meanwhile, in neither
+    its memo nor its history. The second answer is refused all the same, the ticket is
+    not listed as waiting, and the step runs with the first once the agent goes on."""
+    backend = Engine("temporal", tmp_path, temporal_server)
+    step_id = f"held-{tmp_path.name}"
+    agent = backend.agent(step_id, [["delete", {"x": 1}]])
+    ticket = agent.wait_for("pending")["ticket"]
+    inbox = await backend.approvals()
+    handle = inbox.client.get_workflow_handle(f"agent:{step_id}")
+    os.kill(agent.process.pid, signal.SIGSTOP)
+    try:
+        # any signal makes a workflow task, which the stopped agent's poll takes
+        await handle.signal("answer", args=["9", {"outcome": "rejected"}])
+        await task_in_flight(handle)
+        await inbox.resume(ticket, "allowed-once", answered_by="ada")
+        for outcome in ("rejected", "allowed-once"):
+            with pytest.raises(ValueError,
+                               match=f"approval {re.escape(ticket)} was already answered"):
+                await inbox.resume(ticket, outcome, answered_by="bob")
+        answered = await ticket_listed(inbox, ticket, "answered")
+        assert (answered.outcome, answered.answered_by) == (tr.ApprovalOutcome.ALLOWED_ONCE,
+                                                            "ada")
+        assert ticket not in [p.ticket for p in await inbox.pending()]
+    finally:
+        os.kill(agent.process.pid, signal.SIGCONT)
+    assert texts(agent.batch()) == ["deleted 1"]
+    assert [r["tool"] for r in lines(tmp_path / "ran.jsonl")] == ["delete"]
+    with pytest.raises(ValueError, match=f"approval {re.escape(ticket)} was already answered"):
+        await inbox.resume(ticket, "rejected")
+
+
+async def task_in_flight(handle: Any) -> None:
+    """Until a worker has taken a workflow task of ``handle``'s and not completed it."""
+    from temporalio.api.enums.v1 import PendingWorkflowTaskState
+
+    started = PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+    async with asyncio.timeout(WAIT):
+        while True:
+            task = (await handle.describe()).raw_description.pending_workflow_task
+            if task.state == started:
+                return
+            await asyncio.sleep(0.02)
+
+
+async def ticket_listed(inbox: Any, ticket: str, status: str) -> durable.PendingApproval:
+    """``ticket`` in ``pending(history=True)``, once it is listed with ``status``
+    (visibility lags the workflows by a moment)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            history: list[durable.PendingApproval] = await inbox.pending(history=True)
+            for approval in history:
+                if approval.ticket == ticket and approval.status == status:
+                    return approval
+            await asyncio.sleep(0.02)
+
+
+async def test_of_two_answers_at_once_one_is_taken_and_the_other_refused(
+        engine: Any, tools: Tools) -> None:
+    step_id = f"race-{id(tools)}"
+    step = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
+    (approval,) = await waiting(engine)
+    ended = await asyncio.gather(
+        engine.resume(approval.ticket, "allowed-once", answered_by="ada"),
+        engine.resume(approval.ticket, "rejected", answered_by="bob"),
+        return_exceptions=True)
+    refused = [e for e in ended if e is not None]
+    assert len(refused) == 1
+    assert isinstance(refused[0], ValueError)
+    assert str(refused[0]) == f"approval {approval.ticket} was already answered"
+    winner = "ada" if ended[0] is None else "bob"
+    batch = await asyncio.wait_for(step, WAIT)
+    state = await engine.client.get_workflow_handle(f"{engine.name}:{step_id}").query("state")
+    assert state["answers"]["1"]["answered_by"] == winner
+    if winner == "ada":
+        assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    else:
+        assert batch.results[1].error is not None
+        assert batch.results[1].error.code == "DENIED"
+
+
+async def test_an_answer_whose_resume_died_before_signalling_reaches_the_step_by_its_workflow(
+        tools: Tools, temporal_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``resume`` died once its answer's workflow had started, with no worker running:
+    the ticket is answered (listed so, and a second answer refused), and the answer's
+    workflow takes it to the step when a worker runs."""
+    from toolrail.durable import _temporal
+
+    engine = await make(tools, temporal_server)
+    step_id = f"died-{id(tools)}"
+    async with engine.worker():
+        running = asyncio.ensure_future(engine.run(step_id, calls("echo", "delete")))
+        (approval,) = await waiting(engine)
+
+    async def died(*args: Any) -> None:
+        return None
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_temporal, "_delivered", died)
+        await engine.resume(approval.ticket, "allowed-once", answered_by="ada")
+    answered = await ticket_listed(engine, approval.ticket, "answered")
+    assert (answered.outcome, answered.answered_by) == (tr.ApprovalOutcome.ALLOWED_ONCE, "ada")
+    assert await engine.pending() == []
+    with pytest.raises(ValueError, match=f"approval {approval.ticket} was already answered"):
+        await engine.resume(approval.ticket, "rejected")
+    async with engine.worker():
+        batch = await asyncio.wait_for(running, WAIT)
+        delivered = await engine.client.get_workflow_handle(
+            f"toolrail/answer:{approval.ticket}").result()
+    assert [r.text for r in batch.results] == ["echo 0", "delete 1"]
+    assert delivered is True
+
+
+async def test_an_answers_workflow_whose_step_has_ended_ends_without_failing(
+        engine: Any, tools: Tools) -> None:
+    step_id = f"ended-{id(tools)}"
+    await engine.run(step_id, calls("echo"))
+    answer = {"outcome": "allowed-once", "answered_by": None, "answered_at": time.time()}
+    delivered = await engine.client.execute_workflow(
+        "toolrail.answer", args=[f"{engine.name}:{step_id}", "0", answer],
+        id=f"toolrail/answer:{engine.name}:{step_id}/0", task_queue=engine.task_queue)
+    assert delivered is False

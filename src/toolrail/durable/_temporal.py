@@ -9,9 +9,11 @@ read as a dead worker; when its worker dies, Temporal retries it on a live worke
 ``HEARTBEAT``, and the retry reads the record back (the workflow's ``claim``) and
 resumes the step (``_journal``).
 
-An approval is recorded in the workflow and listed in its memo; a person's answer is a
-signal, which the server stores with no worker running. ``resume`` reads the memo, and
-the workflow's history for an answer sent but not taken in yet, before it signals.
+An approval is recorded in the workflow and listed in its memo. A person's answer is a
+workflow of its own (``_temporal_workflow.Answer``) whose ID is the ticket's: ``resume``
+starts it, which takes no worker and succeeds once per ticket, then signals the answer to
+the step's workflow, as the answer's workflow does again when a worker runs it (in case
+``resume`` died in between). The step's workflow keeps the first answer.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
 from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
 from temporalio.bridge.proto import ActivityHeartbeat
 from temporalio.client import (
@@ -58,7 +59,7 @@ from ._shared import (
     pending_approval,
     withdrawn,
 )
-from ._temporal_workflow import HEARTBEAT, KINDS, Step
+from ._temporal_workflow import ANSWER, HEARTBEAT, KINDS, Answer, Step
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -97,6 +98,8 @@ class Temporal:
         assert plain is not None
         self._steps = "WorkflowType='toolrail.step'" + (
             f" AND WorkflowId STARTS_WITH '{plain[0]}'" if plain[0] else "")
+        self._answers = ("WorkflowType='toolrail.answer' AND ExecutionStatus='Running' AND "
+                         f"WorkflowId STARTS_WITH '{ANSWER}{plain[0]}'")
 
     def worker(self, **options: Any) -> Worker:
         """A ``temporalio.worker.Worker`` that runs this engine's steps; ``options`` go to
@@ -117,7 +120,7 @@ class Temporal:
         options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("toolrail")))
-        worker = Worker(self.client, task_queue=self.task_queue, workflows=[Step],
+        worker = Worker(self.client, task_queue=self.task_queue, workflows=[Step, Answer],
                         activities=[step], **options)
         if not hasattr(worker, "_bridge_worker"):
             raise RuntimeError("this temporalio's Worker has no _bridge_worker, through which "
@@ -173,19 +176,30 @@ class Temporal:
     async def pending(self, *, history: bool = False) -> list[PendingApproval]:
         """This engine's waiting approvals, oldest first; with ``history``, also those
         answered or withdrawn, of running and finished steps. One visibility query (which
-        lags the workflows by a moment), no worker needed. An answer sent while no worker
-        runs is taken in when one does: until then, its ticket is listed as waiting."""
+        lags the workflows by a moment), and one more for the answers no worker has run
+        yet (their tickets are answered, not waiting), no worker needed."""
         query = self._steps if history else f"{self._steps} AND ExecutionStatus='Running'"
         prefix = f"{self.name}:"
         out: list[PendingApproval] = []
         try:
+            # first: an answer's workflow that has ended by then signalled its step before
+            # the steps are listed
+            undelivered = await self._undelivered()
             async for execution in self.client.list_workflows(query):
                 if execution.id.startswith(prefix):
                     running = execution.status is WorkflowExecutionStatus.RUNNING
-                    out += _tickets(dict(await execution.memo()), running, history)
+                    out += _tickets(dict(await execution.memo()), running, history,
+                                    undelivered)
         except RPCError as exc:
             raise _engine_error(exc) from exc
         return sorted(out, key=lambda p: p.asked_at)
+
+    async def _undelivered(self) -> dict[str, Data]:
+        """The answers whose workflow has not run yet, by ticket."""
+        prefix = f"{ANSWER}{self.name}:"
+        return {execution.id.removeprefix(ANSWER): (await execution.memo())["answer"]
+                async for execution in self.client.list_workflows(self._answers)
+                if execution.id.startswith(prefix)}
 
     async def resume(self, ticket: str, outcome: ApprovalOutcome | str, *,
                      answered_by: str | None = None) -> None:
@@ -194,41 +208,37 @@ class Temporal:
         already (even if no worker has taken the first answer in yet), or withdrawn (its
         call was settled without an answer, or its step ended), or an outcome that is not
         one; ``ConnectionError`` when Temporal cannot be reached. Of two answers racing,
-        the workflow keeps the first, and the second is dropped."""
+        the first to start its workflow is the answer, and the other raises
+        ``ValueError``."""
         answer = answer_of(checked_answer(ticket, outcome, answered_by), answered_by)
         workflow_id, _, index = ticket.rpartition("/")
         if not workflow_id.startswith(f"{self.name}:") or not index.isdigit():
             raise KeyError(ticket)
         handle = self.client.get_workflow_handle(workflow_id)
         try:
-            await self._unsettled(handle, ticket, index)
-            if await _answer_sent(handle, index, self.client):
-                raise already_answered(ticket)
-            try:
-                await handle.signal("answer", args=[index, answer])
-            except RPCError as exc:
-                if exc.status is not RPCStatusCode.NOT_FOUND:
-                    raise
-                await self._unsettled(handle, ticket, index)  # its step ended since: raises
-                raise
+            await _unsettled(handle, ticket, index)
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise KeyError(ticket) from None
             raise _engine_error(exc) from exc
+        await self._recorded(ticket, workflow_id, index, answer)
+        await _delivered(handle, ticket, index, answer)
 
-    @staticmethod
-    async def _unsettled(handle: WorkflowHandle[Any, Any], ticket: str, index: str) -> None:
-        """Raise unless the step's memo says ``ticket`` waits for an answer."""
-        description = await handle.describe()
-        memo = await description.memo()
-        if index in memo.get("answers", {}):
-            raise already_answered(ticket)
-        if index in memo.get("withdrawn", ()):
-            raise withdrawn(ticket)
-        if index not in memo.get("asked", {}):
-            raise KeyError(ticket)
-        if description.status is not WorkflowExecutionStatus.RUNNING:
-            raise withdrawn(ticket)  # its step ended without taking an answer in
+    async def _recorded(self, ticket: str, workflow_id: str, index: str,
+                        answer: Data) -> None:
+        """Start the ticket's answer workflow: the answer is the ticket's from then on,
+        and a second start raises."""
+        try:
+            await self.client.start_workflow(
+                "toolrail.answer", args=[workflow_id, index, answer], id=f"{ANSWER}{ticket}",
+                task_queue=self.task_queue, memo={"answer": answer},
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                task_timeout=_TASK_TIMEOUT)
+        except WorkflowAlreadyStartedError:
+            raise already_answered(ticket) from None
+        except RPCError as exc:
+            raise _engine_error(exc) from exc
 
     async def _activity(self, workflow_id: str, step_id: str, calls: list[Data],
                         max_parallel: int, cancelled: bool, fresh: bool) -> Data:
@@ -318,33 +328,59 @@ def _heartbeating(worker: Worker) -> Iterator[None]:
         thread.join()
 
 
-def _tickets(memo: Data, running: bool, history: bool) -> list[PendingApproval]:
+def _tickets(memo: Data, running: bool, history: bool,
+             undelivered: dict[str, Data]) -> list[PendingApproval]:
     """One step's tickets, from its memo: those waiting, and with ``history`` also those
-    answered or withdrawn (one its step ended without answering is withdrawn)."""
+    answered or withdrawn (one its step ended without answering is withdrawn). A ticket
+    whose answer no worker has run yet (in ``undelivered``) is answered."""
     answers = memo.get("answers", {})
     gone = memo.get("withdrawn", ())
     out = []
     for index, request in memo.get("asked", {}).items():
         answer = answers.get(index)
         if answer is None and running and index not in gone:
-            out.append(pending_approval(request))
-        elif history:
+            answer = undelivered.get(request["ticket"])
+            if answer is None:
+                out.append(pending_approval(request))
+                continue
+        if history:
             out.append(pending_approval(request, answer, WITHDRAWN))
     return out
 
 
-async def _answer_sent(handle: WorkflowHandle[Any, Any], index: str, client: Client) -> bool:
-    """Whether the workflow's history holds an answer to ``index``: one the workflow took
-    in is in its memo too, but one sent while no worker ran is only here."""
-    async for event in handle.fetch_history_events():
-        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            continue
-        signaled = event.workflow_execution_signaled_event_attributes
-        if signaled.signal_name == "answer" and signaled.input.payloads:
-            (sent,) = await client.data_converter.decode([signaled.input.payloads[0]])
-            if sent == index:
-                return True
-    return False
+async def _unsettled(handle: WorkflowHandle[Any, Any], ticket: str, index: str) -> None:
+    """Raise unless the step's memo says ``ticket`` waits for an answer. (An answer whose
+    workflow started but has not reached the step yet is refused by its start.)"""
+    description = await handle.describe()
+    memo = await description.memo()
+    if index in memo.get("answers", {}):
+        raise already_answered(ticket)
+    if index in memo.get("withdrawn", ()):
+        raise withdrawn(ticket)
+    if index not in memo.get("asked", {}):
+        raise KeyError(ticket)
+    if description.status is not WorkflowExecutionStatus.RUNNING:
+        raise withdrawn(ticket)  # its step ended without taking an answer in
+
+
+async def _delivered(handle: WorkflowHandle[Any, Any], ticket: str, index: str,
+                     answer: Data) -> None:
+    """Signal a recorded answer to its step, now rather than when a worker runs its
+    workflow (a signal is stored with no worker running); raise if the step withdrew the
+    ticket since ``_unsettled`` read it, or ended without taking an answer in. The answer
+    is the ticket's whatever happens here: a failed request leaves it to its workflow."""
+    try:
+        with contextlib.suppress(RPCError):  # NOT_FOUND: the step ended, read below
+            await handle.signal("answer", args=[index, answer])
+        description = await handle.describe()
+        memo = await description.memo()
+    except RPCError:
+        return
+    if index in memo.get("answers", {}):
+        return
+    if (index in memo.get("withdrawn", ())
+            or description.status is not WorkflowExecutionStatus.RUNNING):
+        raise withdrawn(ticket)  # the step dropped the answer, or never took it in
 
 
 async def _execute_update(handle: WorkflowHandle[Any, Any], name: str, args: list[Any],

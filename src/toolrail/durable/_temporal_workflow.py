@@ -1,4 +1,5 @@
-"""The Temporal workflow of a durable step (``durable.Temporal``): its record, nothing else.
+"""The Temporal workflows of ``durable.Temporal``: a durable step's (its record, nothing
+else), and a person's answer to one of its tickets.
 
 It runs in Temporal's workflow sandbox, so it imports only ``temporalio`` and the
 standard library, and holds no policy: the step itself (the scheduler's driver, the
@@ -13,6 +14,9 @@ settled without an answer).
 
 Every key is a ``str``: Temporal's JSON converter would turn ``int`` keys into
 strings on the way back.
+
+An answer is a workflow of its own (``Answer``), started once per ticket: its ID is the
+ticket's, and Temporal starts a workflow ID once, with no worker running.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
-__all__ = ["HEARTBEAT", "KINDS", "Step"]
+__all__ = ["ANSWER", "HEARTBEAT", "KINDS", "Answer", "Step"]
 
 KINDS = ("mark", "dispatch", "result")  # the record kinds besides the approvals
 HEARTBEAT = timedelta(seconds=2)  # a dead worker's step moves to a live one after this
+# An answer's workflow ID is this and its ticket. A step's is "<name>:<step_id>", with no
+# "/" before its first ":" (a name has none): the two never collide.
+ANSWER = "toolrail/answer:"
 
 
 @workflow.defn(name="toolrail.step")
@@ -158,3 +165,21 @@ class Step:
         """The memo ``pending()`` and ``resume()`` read, with no worker running."""
         workflow.upsert_memo({"asked": self.asked, "answers": self.answers,
                               "withdrawn": sorted(self.withdrawn)})
+
+
+@workflow.defn(name="toolrail.answer")
+class Answer:
+    """A person's answer to one ticket, whose workflow ID is ``ANSWER`` and the ticket:
+    starting it is what makes the answer the ticket's one (``Temporal.resume``). It sends
+    the answer to the step's workflow, which ``resume`` did too unless it died first (the
+    step keeps the first answer, and these are one), and ends: ``True`` if the step was
+    there to take it. Its memo holds the answer, for ``pending()`` until the step has it."""
+
+    @workflow.run
+    async def run(self, step: str, index: str, answer: dict[str, Any]) -> bool:
+        try:
+            await workflow.get_external_workflow_handle(step).signal("answer",
+                                                                     args=[index, answer])
+        except ApplicationError:  # the step has ended: nothing can take the answer in
+            return False
+        return True
