@@ -30,9 +30,10 @@ these.
   call ends at once and no body keeps running; nothing of a call goes through Ray's
   object store, whose loss would end the agent's process.
 - **The run context.** The body gets a ``RemoteContext``: the call's ``call_id``,
-  ``name``, ``arguments`` and ``scope``, and a signal that never fires (Ray's
-  cancellation stops the body instead). ``defer_context``, ``conclude_turn`` and
-  ``report_progress`` have no effect across the wire.
+  ``name``, ``arguments``, ``scope``, ``durable_id`` and ``idempotency_key``, and a
+  signal that never fires (Ray's cancellation stops the body instead).
+  ``defer_context``, ``conclude_turn`` and ``report_progress`` have no effect across
+  the wire.
 """
 
 from __future__ import annotations
@@ -112,7 +113,9 @@ class Ray:
 
         async def execute(arguments: Any, ctx: RunContext) -> Any:
             call = json_text(FrozenDict(call_id=ctx.call_id, name=ctx.name,
-                                        arguments=arguments, scope=_plain(ctx.scope)))
+                                        arguments=arguments, scope=_plain(ctx.scope),
+                                        durable_id=ctx.durable_id,
+                                        idempotency_key=ctx.idempotency_key))
             try:
                 ref = task.remote(*_pieces(call))
             except Exception as exc:
@@ -140,6 +143,8 @@ class RemoteContext:
     name: str
     arguments: Any
     scope: Any
+    durable_id: str | None = None  # as the driver's ``RunContext`` has them
+    idempotency_key: str = ""
     signal: CancelSignal = dataclasses.field(default_factory=CancelSignal.never)
 
     def defer_context(self, *args: Any, **kwargs: Any) -> None:
@@ -163,7 +168,8 @@ def _task(body: Any) -> Callable[..., Outcome]:
         try:
             data = _loads(b"".join(pieces).decode())
             arguments = snapshot_json(data["arguments"])
-            ctx = RemoteContext(data["call_id"], data["name"], arguments, data["scope"])
+            ctx = RemoteContext(data["call_id"], data["name"], arguments, data["scope"],
+                                data["durable_id"], data["idempotency_key"])
             out = body(arguments, ctx)
             if is_awaitable(out):
                 out = asyncio.run(_awaited(out))

@@ -318,3 +318,20 @@ def dataclass_replace(tool: tr.Tool, **fields: Any) -> tr.Tool:
     import dataclasses
 
     return dataclasses.replace(tool, **fields)
+
+
+async def keys(arguments: Any, ctx: Any) -> dict[str, Any]:
+    return {"durable_id": ctx.durable_id, "idempotency_key": ctx.idempotency_key}
+
+
+async def test_a_body_on_ray_gets_the_calls_idempotency_key_and_durable_id(
+        executor: remote.Ray) -> None:
+    tool = tr.Tool(name="keys", description="The call's keys.",
+                   parameters={"type": "object"}, execute=keys)
+    call = tr.ToolCall(call_id="c", name="keys", arguments={"order": 1017})
+    local = tr.ToolRegistry()
+    local.register(tool)
+    here, there = await local.execute(call), await registry_of(executor, tool).execute(call)
+    assert there.error is None
+    assert tr.thaw(there.value) == tr.thaw(here.value)
+    assert len(tr.thaw(there.value)["idempotency_key"]) == 64  # a plain call's: a digest
