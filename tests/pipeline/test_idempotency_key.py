@@ -184,3 +184,29 @@ async def test_a_durable_calls_body_sees_the_durable_id_and_key_its_observers_se
 async def test_under_an_engine_the_key_is_the_calls_ticket(tmp_path: Path) -> None:
     (_, _, key), (_, _, observed) = await durable_keys(tmp_path)
     assert key == observed == "keys:s/0"
+
+
+async def test_arguments_past_json_dumps_limits_have_a_key_too() -> None:
+    """An int longer than ``sys.get_int_max_str_digits()`` and nesting past the recursion
+    limit are lossless JSON: the key is the documented form, written without them."""
+    big = 10**5000
+    key = await key_of(tr.ToolCall(call_id="c", name="charge", arguments={"n": big, "a": 1}))
+    digits = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        assert key == documented("c", "charge", {"a": 1, "n": big})
+    finally:
+        sys.set_int_max_str_digits(digits)
+    deep: Any = 0
+    for _ in range(3000):
+        deep = [deep]
+    deep_key = await key_of(tr.ToolCall(call_id="c", name="charge", arguments={"d": deep}))
+    text = '["c","charge",{"d":' + "[" * 3000 + "0" + "]" * 3000 + "}]"
+    assert deep_key == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_calls_digest_takes_ints_of_any_length() -> None:
+    parameters = tr.snapshot_json({"type": "object"})
+    assert isinstance(parameters, tr.FrozenDict)
+    schema = tr.ToolSchema("add", "Add.", parameters)
+    assert tr.call_digest(schema, {"n": 10**5000}) != tr.call_digest(schema, {"n": 10**5000 + 1})

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._core.chains import PROGRESS, Chains, notify
 from .._model.cancel import CancelController, CancelSignal
-from .._model.lossless import MISSING, JsonValue, snapshot_json, type_name
+from .._model.lossless import MISSING, JsonValue, canonical_json, snapshot_json, type_name
 from .._model.results import Content, ContextMessage, TextContent, is_content, only_content
 from .progress import Progress, checked_progress
 
@@ -334,7 +333,9 @@ def _call_key(call_id: str, name: str, arguments: object) -> str:
     """A plain call's ``idempotency_key``: a digest of what it is, stable across processes
     (``arguments`` is the snapshot, or ``MISSING``)."""
     payload = [call_id, name] if arguments is MISSING else [call_id, name, arguments]
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    # json.dumps(payload, sort_keys=True, separators=(",", ":")), for ints of any length
+    # and at any depth too
+    text = canonical_json(payload, ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from .lossless import JsonValue, snapshot_json, thaw
+from .lossless import JsonValue, canonical_json, snapshot_json, thaw
 from .tool import ToolSchema
 
 __all__ = ["call_digest"]
@@ -31,6 +30,5 @@ def call_digest(schema: ToolSchema, arguments: JsonValue | Mapping[str, Any]) ->
         raise TypeError(f"call_digest takes a ToolSchema, got {type(schema).__name__}")
     frozen = snapshot_json(arguments)  # ValueError: not JSON
     payload: Any = [schema.name, schema.description, thaw(schema.parameters), thaw(frozen)]
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    text = canonical_json(payload)  # ints of any length, any depth: snapshot's limits
     return hashlib.sha256(text.encode()).hexdigest()

@@ -387,7 +387,21 @@ def json_text(value: JsonValue) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (ValueError, RecursionError):
-        pass
+        return _walk(value, False, False)
+
+
+def canonical_json(value: Any, *, ensure_ascii: bool = False) -> str:
+    """``json_text`` with every object's keys sorted: the same text for the same JSON,
+    whatever the order its objects were built in (what a digest or a key is taken of)."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=ensure_ascii,
+                          separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return _walk(value, True, ensure_ascii)
+
+
+def _walk(value: Any, sort: bool, ensure_ascii: bool) -> str:
+    """The JSON text of ``value`` without recursion, and with ints of any length."""
     parts: list[str] = []
     stack: list[Iterator[Any]] = [iter((value,))]
     closers: list[str] = [""]
@@ -400,11 +414,11 @@ def json_text(value: JsonValue) -> str:
                 parts.append(",")
             if closers[-1] == "}":
                 key, item = item
-                parts.append(json.dumps(key, ensure_ascii=False) + ":")
+                parts.append(json.dumps(key, ensure_ascii=ensure_ascii) + ":")
             cls = type(item)
             if cls is FrozenDict or cls is dict:
                 parts.append("{")
-                stack.append(iter(item.items()))
+                stack.append(iter(sorted(item.items()) if sort else item.items()))
                 closers.append("}")
             elif cls is tuple or cls is list:
                 parts.append("[")
@@ -414,7 +428,7 @@ def json_text(value: JsonValue) -> str:
                 parts.append(_digits(item))
                 continue
             else:
-                parts.append(json.dumps(item, ensure_ascii=False))
+                parts.append(json.dumps(item, ensure_ascii=ensure_ascii))
                 continue
             firsts.append(True)
             break
