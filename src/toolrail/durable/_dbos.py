@@ -1,15 +1,17 @@
 """``durable.DBOS``: durable steps and approvals on DBOS Transact (durable.md).
 
-A step is a DBOS workflow whose ID is ``"<name>:<step_id>"``. At its start it reserves,
-in model order, four DBOS step IDs per call (the approval's answer, the dispatch marker,
-the dispatch outcome, the committed result), so that calls running in parallel record at
-IDs that are the same in every process that reruns the step. It then reads what is
-already recorded and hands that to the scheduler's own driver (``_journal``).
+A step is a DBOS workflow whose ID is ``"<name>:<step_id>"``. Its record is a log of
+DBOS steps, each a group of ``[kind, index, data]`` records (a marker, a dispatch
+outcome, a result) asked for while the group before it was being written; a rerun reads
+the log back and hands it to the scheduler's own driver (``_journal``), and writes its
+new groups at DBOS step IDs after the recorded ones.
 
-A pending approval is a workflow of its own, whose ID is its ticket
-(``"<name>:<step_id>/<index>"``) and whose input is the request: it waits for one DBOS
-message and returns it. ``pending()`` is one query over those workflows, and
-``resume()`` sends the message, from any process (``Approvals`` needs no launched DBOS).
+A parked call's ticket (``"<name>:<step_id>/<index>"``) and its answer are rows of
+toolrail's own tables on the same database (``_tickets``): ``pending()`` is one query,
+``resume()`` one transaction, from any process (``Approvals`` launches no DBOS).
+
+Each process is a DBOS executor of its own, kept alive in ``toolrail_executors``; a live
+process takes over a dead one's steps through DBOS's recovery (``_liveness``).
 """
 
 from __future__ import annotations
@@ -186,7 +188,6 @@ class DBOS:
         self.idempotent = frozenset(idempotent)
         self.approver = approver
         self._owned = dbos is None  # else the application launches and destroys DBOS
-        # the live side of the steps this process runs: their signal and commit listener
         # The live side of the steps this process runs or waits for, by workflow ID: a
         # controller of each step's batch signal (a caller's signal reaches a step that
         # DBOS recovered at launch too), and a stream's commit listener.
@@ -196,8 +197,9 @@ class DBOS:
         self._launched = False
 
     async def launch(self) -> None:
-        """Start DBOS (unless the application did) and resume what a dead process left:
-        DBOS recovers this engine's pending steps and approvals."""
+        """Start DBOS (unless the application did) and this process's liveness; take
+        over the steps of a process of this machine that died, and (with a given
+        ``executor_id``) let DBOS recover this slot's own."""
         if self._launched:
             return
         other = _engines.get(self.name)
@@ -322,8 +324,9 @@ class DBOS:
         await self._client().resume(ticket, outcome, answered_by=answered_by)
 
     async def aclose(self) -> None:
-        """Stop DBOS if this engine started it; steps still running are left to the next
-        ``launch`` of a process on the same database."""
+        """Stop DBOS if this engine started it; the last engine of the process marks it
+        gone, so that a live process takes over the steps still running at once (or this
+        slot's next launch, for a given ``executor_id``)."""
         if self._approvals is not None:
             self._approvals.close()
             self._approvals = None
