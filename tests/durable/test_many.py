@@ -30,6 +30,16 @@ async def observed(path: Path, durable_id: str) -> dict[str, str]:
     return seen[0]
 
 
+async def allow_the_one_waiting(engine: Engine) -> None:
+    """Answer the one approval waiting on ``engine``'s database, from this process."""
+    approvals = durable.Approvals(engine.database, prefix="agent:")
+    try:
+        (waiting,) = await approvals.pending()
+        await approvals.resume(waiting.ticket, "allowed-once")
+    finally:
+        approvals.close()
+
+
 async def test_a_second_agent_leaves_the_first_agents_live_step_alone(
         engine: Engine, tmp_path: Path) -> None:
     first = engine.agent("a", [["hang", {"x": 1}]])
@@ -77,12 +87,7 @@ async def test_a_stopped_agent_is_taken_over_once_it_has_not_been_seen_for_takeo
     live.wait_for("body", tool="hang")
     os.kill(first.process.pid, signal.SIGSTOP)  # alive on this host: only its beat ages
     try:
-        approvals = durable.Approvals(engine.database, prefix="agent:")
-        try:
-            (waiting,) = await approvals.pending()
-            await approvals.resume(waiting.ticket, "allowed-once")
-        finally:
-            approvals.close()
+        await allow_the_one_waiting(engine)
         assert (await observed(tmp_path / "observed.jsonl", "t/0"))["text"] == "deleted 1"
     finally:
         first.kill()
@@ -110,10 +115,5 @@ async def test_a_given_executor_id_held_by_a_live_agent_is_refused_naming_it(
     # DBOS's own startup recovery resumes its step
     second = engine.agent("s", [["delete", {"x": 1}]], **slot)
     second.wait_for("pending")
-    approvals = durable.Approvals(engine.database, prefix="agent:")
-    try:
-        (waiting,) = await approvals.pending()
-        await approvals.resume(waiting.ticket, "allowed-once")
-    finally:
-        approvals.close()
+    await allow_the_one_waiting(engine)
     assert texts(second.batch()) == ["deleted 1"]
