@@ -435,7 +435,7 @@ async def test_a_failed_record_write_fails_what_was_queued_behind_it_and_everyth
     writing, fail = asyncio.Event(), asyncio.Event()
     record = _dbos._DBOSRecord("unit:s")
     record._next_step = lambda: _LostStep(writing, fail)  # type: ignore[method-assign]
-    await record.commit(2, {"content": []})  # not waited for: its write starts
+    await record.commit(2, {"content": []})  # not waited for: written within 50 ms
     await writing.wait()
     marker = asyncio.ensure_future(record.mark(3))  # queued behind the write under way
     await asyncio.sleep(0)
@@ -445,4 +445,4 @@ async def test_a_failed_record_write_fails_what_was_queued_behind_it_and_everyth
     with pytest.raises(DBOSWorkflowConflictIDError):
         await record.dispatch(4, {})  # nothing more is written
     with pytest.raises(DBOSWorkflowConflictIDError):
-        await record.drain()
+        await record.writes.drain()

@@ -40,7 +40,7 @@ from .._model.results import ToolResult
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch, Committed
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data
-from ._journal import DurableApprover, Record, StepJournal
+from ._journal import DurableApprover, GroupCommit, Record, StepJournal
 from ._liveness import Liveness, connect
 from ._shared import (
     WITHDRAWN,
@@ -377,7 +377,7 @@ class DBOS:
                                      controller.signal)
         with self.registry._core.approving(journal.approve):
             await driver.run(lambda i, r: self._committed(workflow_id, i, r))
-        await record.drain()
+        await record.writes.drain(dropping_later=True)  # the output holds every result
         return {"calls": calls_digest(data), "batch": batch_to_data(driver.final())}
 
 
@@ -474,12 +474,7 @@ class _DBOSRecord(Record):
         self.workflow_id = workflow_id
         self.events: dict[str, Any] = {}  # the step's DBOS events: its programs' records
         self.last = 0  # the highest DBOS step ID recorded when the step (re)started
-        self._queue: list[list[Any]] = []  # records asked for since the last write began
-        self._group: asyncio.Future[None] | None = None  # the commit of those
-        self._writing: asyncio.Future[None] | None = None  # the task writing, if any
-        self._failed: BaseException | None = None
-        self._lazy: list[list[Any]] = []  # results not written yet (``commit``)
-        self._timer: asyncio.TimerHandle | None = None  # when they are, at the latest
+        self.writes = GroupCommit(self._send)
 
     @classmethod
     async def open(cls, workflow_id: str, calls: list[Data], fresh: bool) -> _DBOSRecord:
@@ -520,7 +515,7 @@ class _DBOSRecord(Record):
 
     async def ask(self, index: int, request: Data) -> Data:
         ticket = request["ticket"]
-        self.flush_lazy()  # the results committed before a wait of hours are recorded
+        self.writes.flush_later()  # the results committed before a wait of hours go now
         # the request as it was first asked (an earlier process's, when this one asks
         # again): its digest is the one the person saw
         first, _ = await asyncio.to_thread(ask_ticket, _launched.tables(), request)
@@ -537,10 +532,12 @@ class _DBOSRecord(Record):
                                 f"{self.workflow_id}/{index}")
 
     async def mark(self, index: int) -> None:
-        await self._wait("mark", index, True)
+        await self.writes.wait(["mark", index, True])
+        self.marked.add(index)
 
     async def dispatch(self, index: int, outcome: Data) -> None:
-        await self._wait("dispatch", index, outcome)
+        await self.writes.wait(["dispatch", index, outcome])
+        self.dispatched[index] = outcome
 
     async def commit(self, index: int, result: Data) -> None:
         # Not waited for, nor written at once: nothing depends on it but a rerun's
@@ -549,78 +546,12 @@ class _DBOSRecord(Record):
         # joins the next write (the next call's marker, say), or is written _LAZY s
         # later, or before the step parks on an approval; a step that ends first does
         # not write it at all: the step's output holds every result.
-        self._lazy.append(["result", index, result])
+        self.writes.later(["result", index, result], _LAZY)
         self.results[index] = result
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(_LAZY, self.flush_lazy)
 
-    def flush_lazy(self) -> None:
-        """Write the results that wait for a write of their own."""
-        self._timer = None
-        if self._lazy:
-            kind, index, data = self._lazy.pop()
-            self._write(kind, index, data)  # the others ride along
-
-    async def _wait(self, kind: str, index: int, data: Any) -> None:
-        """Record ``[kind, index, data]``, and return once it is committed."""
-        await asyncio.shield(self._write(kind, index, data))
-        self._replay(kind, index, data)
-
-    def _write(self, kind: str, index: int, data: Any) -> asyncio.Future[None]:
-        """Queue ``[kind, index, data]`` for the next DBOS step this record writes: the
-        future of that step's commit (failed at once once a write has failed: the
-        record writes nothing more)."""
-        group = self._group
-        if group is None:
-            group = self._group = asyncio.get_running_loop().create_future()
-            group.add_done_callback(_retrieved)
-        if self._failed is not None:
-            self._group = None
-            group.set_exception(self._failed)
-            return group
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._queue += self._lazy  # results ride along with any write
-        self._lazy = []
-        self._queue.append([kind, index, data])
-        if self._writing is None or self._writing.done():
-            self._writing = asyncio.ensure_future(self._flush())
-        return group
-
-    async def _flush(self) -> None:
-        """Write what is queued, one DBOS step at a time, until nothing is: whatever is
-        queued while a write is under way goes into the next one together. A write that
-        fails (the database is gone; DBOS says another process owns the step now) fails
-        its group and everything queued after it: nothing waits for a write that will
-        not come."""
-        await asyncio.sleep(0)  # the calls that start with this one join its write
-        while (group := self._group) is not None:
-            entries, self._queue, self._group = self._queue, [], None
-            try:
-                await self._next_step().run_async(None, _identity, entries)
-            except BaseException as exc:
-                self._failed = exc
-                group.set_exception(exc)
-                if (queued := self._group) is not None:
-                    self._queue, self._group = [], None
-                    queued.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return  # ``drain`` raises it
-            group.set_result(None)
-
-    async def drain(self) -> None:
-        """Return once every record asked for is committed; raise if one could not be.
-        The step ends after this: its results not written yet are left to its output."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._lazy = []
-        while self._writing is not None and not self._writing.done():
-            await asyncio.shield(self._writing)
-        if self._failed is not None:
-            raise self._failed
+    async def _send(self, entries: list[Any], number: int) -> None:
+        """One group, as one DBOS step."""
+        await self._next_step().run_async(None, _identity, entries)
 
     def _next_step(self) -> Any:
         """A DBOS step ID after every one recorded before this run (a rerun's would
@@ -782,12 +713,6 @@ def _unixepoch(value: Any) -> float | int | None:
 def _outside(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     """Run ``coro`` outside the current workflow: DBOS would record it as a step there."""
     return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
-
-
-def _retrieved(future: asyncio.Future[None]) -> None:
-    """A record's write that failed is raised by ``drain``: nobody else need look."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _identity(value: T) -> T:

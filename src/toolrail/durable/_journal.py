@@ -27,6 +27,7 @@ code path, run again against the registry as it is at the rerun.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Hashable
@@ -54,7 +55,8 @@ from ._codec import Data, result_from_data, result_to_data
 if TYPE_CHECKING:
     from .._core.core import Core
 
-__all__ = ["PENDING", "Answer", "DurableApprover", "Record", "StepJournal", "answer"]
+__all__ = ["PENDING", "Answer", "DurableApprover", "GroupCommit", "Record", "StepJournal",
+           "answer"]
 
 
 class _Pending:
@@ -101,6 +103,123 @@ def answer(execution: Execution) -> Answer | None:
     of a durable step that waited on a ticket; ``None`` for any other call. Middleware
     and observers read it: ``durable.answer(execution).answered_by``."""
     return _ANSWERS.get(execution.token)
+
+
+class GroupCommit:
+    """An engine's records on their way to it, in groups (group commit): each write holds
+    the records asked for while the one before it was under way, so the ten markers of
+    ten parallel calls are one write. ``send(entries, number)`` writes one group (its
+    number counts the groups sent before it); ``cancels(exc)`` says whether a failed
+    write is a cancellation (its waiters' calls then end as cancelled).
+
+    A write that fails fails its group and every record asked for after it: nothing is
+    sent after a failure, nothing waits for a write that will not come, and ``drain``
+    raises it."""
+
+    def __init__(self, send: Callable[[list[Any], int], Awaitable[object]],
+                 cancels: Callable[[BaseException], bool] = lambda exc: False) -> None:
+        self._send = send
+        self._cancels = cancels
+        self._sent = 0
+        self._queue: list[Any] = []  # records asked for since the last write began
+        self._group: asyncio.Future[None] | None = None  # the write of those
+        self._writing: asyncio.Future[None] | None = None  # the task writing, if any
+        self._failed: BaseException | None = None
+        self._later: list[Any] = []  # records that wait for a write to join (``later``)
+        self._timer: asyncio.TimerHandle | None = None  # when they go, at the latest
+
+    async def wait(self, entry: Any) -> None:
+        """Record ``entry``, and return once it is written."""
+        await asyncio.shield(self.write(entry))
+
+    def write(self, entry: Any) -> asyncio.Future[None]:
+        """Queue ``entry`` for the next group: the future of its write."""
+        group = self._group
+        if group is None:
+            group = self._group = asyncio.get_running_loop().create_future()
+            group.add_done_callback(_retrieved)
+        if self._failed is not None:
+            self._group = None
+            self._fail(group)
+            return group
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._queue += self._later  # what waits for a write rides along with this one
+        self._later = []
+        self._queue.append(entry)
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.ensure_future(self._flush())
+        return group
+
+    def later(self, entry: Any, delay: float) -> None:
+        """Queue ``entry`` for the next write, or one of its own ``delay`` s from now;
+        ``drain(dropping_later=True)`` drops it if neither came."""
+        self._later.append(entry)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self.flush_later)
+
+    def flush_later(self) -> None:
+        """Write what ``later`` queued, now."""
+        self._timer = None
+        if self._later:
+            self.write(self._later.pop())  # the others ride along
+
+    async def _flush(self) -> None:
+        """Write what is queued, one group at a time, until nothing is."""
+        await asyncio.sleep(0)  # the calls that start with this one join its write
+        while (group := self._group) is not None:
+            entries, self._queue, self._group = self._queue, [], None
+            try:
+                await self._send(entries, self._sent)
+            except BaseException as exc:
+                self._failed = (asyncio.CancelledError() if self._cancels(exc) else exc)
+                self._fail(group)
+                if (queued := self._group) is not None:
+                    self._queue, self._group = [], None
+                    self._fail(queued)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise  # this task was cancelled (``close``)
+                return  # ``drain`` raises it
+            self._sent += 1
+            group.set_result(None)
+
+    def _fail(self, group: asyncio.Future[None]) -> None:
+        assert self._failed is not None
+        if isinstance(self._failed, asyncio.CancelledError):
+            group.cancel()
+        else:
+            group.set_exception(self._failed)
+
+    async def drain(self, *, dropping_later: bool = False) -> None:
+        """Return once every record asked for is written (``dropping_later``: but those
+        ``later`` queued and nothing has sent yet); raise if one could not be."""
+        if dropping_later:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._later = []
+        else:
+            self.flush_later()
+        while self._writing is not None and not self._writing.done():
+            await asyncio.shield(self._writing)
+        if self._failed is not None:
+            raise self._failed
+
+    async def close(self) -> None:
+        """Stop writing: what is not written yet never will be."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._writing is not None and not self._writing.done():
+            self._writing.cancel()
+            await asyncio.wait([self._writing])
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """A group's write that failed is raised by ``drain``: nobody else need look."""
+    if not future.cancelled():
+        future.exception()
 
 
 @dataclass

@@ -47,7 +47,7 @@ from .._model.decisions import ApprovalOutcome
 from .._model.tool import ToolCall
 from .._scheduling.scheduler import Batch
 from ._codec import Data, batch_from_data, batch_to_data, call_from_data
-from ._journal import DurableApprover, Record, StepJournal
+from ._journal import DurableApprover, GroupCommit, Record, StepJournal
 from ._shared import (
     WITHDRAWN,
     PendingApproval,
@@ -414,79 +414,27 @@ def _other_calls(step_id: str) -> ValueError:
     return ValueError(f"step {step_id!r} was already run with other calls")
 
 
-class _Groups:
+class _Groups(GroupCommit):
     """The records of one activity attempt on their way to the step's workflow, written
-    in groups, as ``_DBOSRecord`` writes its DBOS steps: each ``record_many`` update holds
-    the records asked for while the one before it was under way (the ten markers of ten
+    in groups (``GroupCommit``, as DBOS's are): each ``record_many`` update holds the
+    records asked for while the one before it was under way (the ten markers of ten
     parallel calls are one update). The step's record and its programs' share it.
 
     Each group's update ID is the attempt's (its activity's ID and attempt number) and
     the group's number in it, so a retried update is a no-op; the workflow applies each
-    record once (``setdefault``) and refuses a superseded attempt's."""
+    record once (``setdefault``) and refuses a superseded attempt's, which cancels the
+    calls waiting on it. After an update fails, nothing more is sent: the attempt fails
+    at ``drain``, and a retry resumes the step from what the workflow holds."""
 
     def __init__(self, handle: WorkflowHandle[Any, Any], attempt: int, tag: str) -> None:
+        super().__init__(self._record_many, _cancels)
         self.handle = handle
         self.attempt = attempt
         self._tag = tag
-        self._sent = 0  # groups written so far: the next one's number
-        self._queue: list[list[Any]] = []  # records asked for since the last write began
-        self._group: asyncio.Future[None] | None = None  # the update of those
-        self._writing: asyncio.Future[None] | None = None  # the task writing, if any
-        self._failed: BaseException | None = None
 
-    async def wait(self, kind: str, key: str, data: Any) -> None:
-        """Record ``[kind, key, data]``, and return once the workflow holds it."""
-        await asyncio.shield(self.write(kind, key, data))
-
-    def write(self, kind: str, key: str, data: Any) -> asyncio.Future[None]:
-        """Queue ``[kind, key, data]`` for the next group: the future of its update."""
-        self._queue.append([kind, key, data])
-        group = self._group
-        if group is None:
-            group = self._group = asyncio.get_running_loop().create_future()
-            group.add_done_callback(_retrieved)
-        if self._writing is None or self._writing.done():
-            self._writing = asyncio.ensure_future(self._flush())
-        return group
-
-    async def _flush(self) -> None:
-        """Write what is queued, one update at a time, until nothing is. After an update
-        fails, nothing more is sent: the attempt fails at ``drain``, and a retry resumes
-        the step from what the workflow holds."""
-        await asyncio.sleep(0)  # the calls that start with this one join its update
-        while (group := self._group) is not None:
-            entries, self._queue, self._group = self._queue, [], None
-            if self._failed is None:
-                try:
-                    await _execute_update(self.handle, "record_many",
-                                          [entries, self.attempt],
-                                          f"records/{self._tag}/{self._sent}")
-                except Exception as exc:
-                    self._failed = asyncio.CancelledError() if _cancels(exc) else exc
-                except BaseException:
-                    group.cancel()
-                    raise
-                self._sent += 1
-            if self._failed is None:
-                group.set_result(None)
-            elif isinstance(self._failed, asyncio.CancelledError):
-                group.cancel()  # its waiters' calls end as cancelled
-            else:
-                group.set_exception(self._failed)
-
-    async def drain(self) -> None:
-        """Return once every record asked for is held by the workflow; raise if one could
-        not be written."""
-        while self._writing is not None and not self._writing.done():
-            await asyncio.shield(self._writing)
-        if self._failed is not None:
-            raise self._failed
-
-    async def close(self) -> None:
-        """Stop writing: what is not written yet never will be."""
-        if self._writing is not None and not self._writing.done():
-            self._writing.cancel()
-            await asyncio.wait([self._writing])
+    async def _record_many(self, entries: list[Any], number: int) -> None:
+        await _execute_update(self.handle, "record_many", [entries, self.attempt],
+                              f"records/{self._tag}/{number}")
 
     async def update(self, name: str, args: list[Any], update_id: str | None = None) -> Any:
         """A workflow update; a cancelled one, or one the workflow refused because a newer
@@ -547,32 +495,26 @@ class _TemporalRecord(Record):
         await self.groups.update("withdraw", [key], f"withdraw/{key}")
 
     async def mark(self, index: int) -> None:
-        await self.groups.wait(KINDS[0], f"{self.prefix}{index}", True)
+        await self.groups.wait([KINDS[0], f"{self.prefix}{index}", True])
         self.marked.add(index)
 
     async def dispatch(self, index: int, outcome: Data) -> None:
-        await self.groups.wait(KINDS[1], f"{self.prefix}{index}", outcome)
+        await self.groups.wait([KINDS[1], f"{self.prefix}{index}", outcome])
         self.dispatched[index] = outcome
 
     async def commit(self, index: int, result: Data) -> None:
         # Not waited for: nothing depends on it but a rerun's replay, and the observers
         # have seen the result already (an attempt that dies before it is written
         # notifies them again: durable.md's at-least-once). It joins the next group.
-        self.groups.write(KINDS[2], f"{self.prefix}{index}", result)
+        self.groups.write([KINDS[2], f"{self.prefix}{index}", result])
         self.results[index] = result
 
 
-def _cancels(exc: Exception) -> bool:
+def _cancels(exc: BaseException) -> bool:
     """Whether a failed update is a cancellation: cancelled itself, or refused because a
     newer attempt took the step over."""
     return isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError) or (
         isinstance(exc, WorkflowUpdateFailedError) and "was superseded" in str(exc.cause))
-
-
-def _retrieved(future: asyncio.Future[None]) -> None:
-    """A group's update that failed is raised by ``drain``: nobody else need look."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _attempt_over() -> bool:
