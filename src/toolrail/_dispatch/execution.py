@@ -62,9 +62,7 @@ class Execution:
                  "_parent", "_scope", "_signal", "_signal_writable", "_token")
 
     _durable_id: str  # set by a durable engine only (``durable_id``)
-    # Set by a durable engine (its engine-qualified form of the durable id), or made on
-    # first read (``idempotency_key``).
-    _idempotency_key: str
+    _idempotency_key: str  # set by a durable engine (the ticket), or made on first read
 
     def __init__(
         self,
@@ -131,13 +129,10 @@ class Execution:
         failed the snapshot: ``[call_id, tool_name]``). Made on first read.
         """
         try:
-            return self._idempotency_key
+            return self._idempotency_key  # a durable engine sets it with the durable id
         except AttributeError:
             pass
-        key = getattr(self, "_durable_id", None)
-        if key is None:
-            key = _call_key(self._call_id, self._name, self._arguments)
-        self._idempotency_key = key
+        key = self._idempotency_key = _call_key(self._call_id, self._name, self._arguments)
         return key
 
     @property
