@@ -295,20 +295,7 @@ def _restarts(directory: Path, repeat: int) -> Figure:
 async def _approvals(directory: Path, count: int) -> list[Figure]:
     from toolrail import durable
 
-    registry = tr.ToolRegistry()
-
-    async def done(arguments: Any, ctx: tr.RunContext) -> str:
-        return "done"
-
-    registry.register(
-        tr.Tool(
-            name="ask",
-            description="ask",
-            parameters={"type": "object"},
-            execute=done,
-            requires_approval=True,
-        )
-    )
+    registry = durable_app.registry("ask", requires_approval=True)
     async with durable.DBOS(
         registry, name="approvals", database=f"sqlite:///{directory / 'approvals.sqlite'}"
     ) as engine:

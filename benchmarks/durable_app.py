@@ -73,8 +73,9 @@ WARM_UP = 3  # rounds of every case before anything is measured or counted
 Case = Callable[[int], Awaitable[Any]]  # one run of a case, given the round's number
 
 
-def registry() -> tr.ToolRegistry:
-    """One tool, ``noop``, that returns at once and may run beside others."""
+def registry(name: str = "noop", *, requires_approval: bool = False) -> tr.ToolRegistry:
+    """One tool, ``noop`` by default, that returns at once and may run beside others (or,
+    ``requires_approval``, one that asks first)."""
     registry = tr.ToolRegistry()
 
     async def noop(arguments: Any, ctx: tr.RunContext) -> str:
@@ -82,11 +83,12 @@ def registry() -> tr.ToolRegistry:
 
     registry.register(
         tr.Tool(
-            name="noop",
-            description="noop",
+            name=name,
+            description=name,
             parameters={"type": "object"},
             execute=noop,
-            concurrency_safe=True,
+            concurrency_safe=not requires_approval,
+            requires_approval=requires_approval,
         )
     )
     return registry
