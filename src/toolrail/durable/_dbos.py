@@ -50,6 +50,7 @@ from ._shared import (
     calls_digest,
     checked_answer,
     checked_step,
+    other_calls,
     pending_approval,
     withdrawn,
 )
@@ -310,7 +311,7 @@ class DBOS:
             self._listeners.pop(workflow_id, None)
             self._cancels.pop(workflow_id, None)
         if out["calls"] != calls_digest(data):
-            raise ValueError(f"step {step_id!r} was already run with other calls")
+            raise other_calls(step_id)
         return batch_from_data(out["batch"])
 
     async def pending(self, *, history: bool = False) -> list[PendingApproval]:
@@ -624,7 +625,7 @@ async def _result(workflow_id: str, step_id: str, data: list[Data], *args: Any) 
                                                   load_output=False)
     if found:
         if found[0].input and calls_digest(found[0].input["args"][2]) != calls_digest(data):
-            raise ValueError(f"step {step_id!r} was already run with other calls")
+            raise other_calls(step_id)
         handle: Any = await _DBOS.retrieve_workflow_async(workflow_id)
     else:
         _fresh.add(workflow_id)

@@ -17,8 +17,8 @@ from .._scheduling.scheduler import bind_calls
 from ._codec import Data, call_to_data
 
 __all__ = ["ANSWERED", "WAITING", "WITHDRAWN", "PendingApproval", "already_answered",
-           "answer_of", "calls_digest", "checked_answer", "checked_step", "pending_approval",
-           "withdrawn"]
+           "answer_of", "calls_digest", "checked_answer", "checked_step", "other_calls",
+           "pending_approval", "withdrawn"]
 
 WAITING: Final = "waiting"
 ANSWERED: Final = "answered"
@@ -77,6 +77,11 @@ def answer_of(outcome: ApprovalOutcome, answered_by: str | None) -> Data:
 
 def already_answered(ticket: str) -> ValueError:
     return ValueError(f"approval {ticket} was already answered")
+
+
+def other_calls(step_id: str) -> ValueError:
+    """A used ``step_id`` run with other calls, on either engine."""
+    return ValueError(f"step {step_id!r} was already run with other calls")
 
 
 def withdrawn(ticket: str) -> ValueError:

@@ -56,6 +56,7 @@ from ._shared import (
     calls_digest,
     checked_answer,
     checked_step,
+    other_calls,
     pending_approval,
     withdrawn,
 )
@@ -149,7 +150,7 @@ class Temporal:
             if unhook is not None:
                 unhook()
         if out["calls"] != digest:  # a step started with no digest in its memo
-            raise _other_calls(step_id)
+            raise other_calls(step_id)
         return batch_from_data(out["batch"])
 
     async def _started(self, step_id: str, data: list[Data], digest: str,
@@ -170,7 +171,7 @@ class Temporal:
             handle = self.client.get_workflow_handle(workflow_id)
         memo = await (await handle.describe()).memo()
         if memo.get("calls", digest) != digest:
-            raise _other_calls(step_id)
+            raise other_calls(step_id)
         return handle
 
     async def pending(self, *, history: bool = False) -> list[PendingApproval]:
@@ -408,10 +409,6 @@ def _engine_error(exc: RPCError) -> Exception:
     if exc.status in _UNREACHABLE:
         return ConnectionError(f"Temporal could not be reached: {exc.message}")
     return RuntimeError(f"Temporal refused the request: {exc.message}")
-
-
-def _other_calls(step_id: str) -> ValueError:
-    return ValueError(f"step {step_id!r} was already run with other calls")
 
 
 class _Groups(GroupCommit):
